@@ -1,0 +1,229 @@
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/storage"
+)
+
+// call is one authenticated API request as a handler sees it.
+type call struct {
+	r         *http.Request
+	ctx       context.Context
+	requestID string
+	project   webhookd.Project
+	body      []byte
+	store     *storage.Store // the pool, or the idempotency transaction
+	header    http.Header    // response headers to add (ETag)
+	// afterCommit runs once the response is committed and not a replay
+	// (enqueueing the deliveries it created).
+	afterCommit func(context.Context)
+}
+
+// handlerFunc answers a call with a status and a value to encode as JSON, or
+// an error.
+type handlerFunc func(c *call) (int, any, error)
+
+// handle registers pattern with request ids, auth and the rate limit in
+// front of h.
+func (s *Server) handle(pattern string, h func(http.ResponseWriter, *http.Request, *call)) {
+	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		c := &call{r: r, ctx: r.Context(), requestID: storage.NewRequestID(), header: http.Header{}}
+		w.Header().Set("X-Request-Id", c.requestID)
+		project, authErr := s.authenticate(r)
+		key, limit := "ip:"+clientIP(r), 6000
+		if authErr == nil {
+			c.project = project
+			key, limit = "prj:"+project.ID, project.RateLimitPerMinute
+		}
+		res := s.limiter.allow(r.Context(), key, limit, s.clock.Now())
+		res.setHeaders(w.Header())
+		if !res.allowed {
+			w.Header().Set("Retry-After", strconv.Itoa(res.retryAfterSeconds()))
+			s.fail(w, c, &webhookd.Error{Code: webhookd.CodeRateLimited, Message: "rate limit exceeded; retry after the time in Retry-After"})
+			return
+		}
+		if authErr != nil {
+			s.fail(w, c, authErr)
+			return
+		}
+		h(w, r, c)
+	})
+}
+
+// authenticate resolves the Bearer key to its project.
+func (s *Server) authenticate(r *http.Request) (webhookd.Project, error) {
+	unauthorized := &webhookd.Error{Code: webhookd.CodeUnauthorized, Message: "missing or invalid API key; send Authorization: Bearer <key>"}
+	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || token == "" {
+		return webhookd.Project{}, unauthorized
+	}
+	p, err := s.db.Store().ProjectByAPIKey(r.Context(), strings.TrimSpace(token))
+	if errors.Is(err, webhookd.ErrNotFound) {
+		return webhookd.Project{}, unauthorized
+	}
+	return p, err
+}
+
+// fail writes err as an error response, logging it when it is internal.
+func (s *Server) fail(w http.ResponseWriter, c *call, err error) {
+	ae := appError(err)
+	if ae.Code == webhookd.CodeInternal || ae.Code == webhookd.CodeUnavailable {
+		s.log.Error("api request failed", "request_id", c.requestID, "method", c.r.Method,
+			"path", c.r.URL.Path, "err", err)
+	}
+	status, body := errorResponse(ae, c.requestID)
+	writeBody(w, status, body)
+}
+
+// render turns a handler's answer into status and body bytes.
+func (s *Server) render(c *call, h handlerFunc) (int, []byte, error) {
+	status, v, err := h(c)
+	if err != nil {
+		ae := appError(err)
+		if ae.Code == webhookd.CodeInternal || ae.Code == webhookd.CodeUnavailable {
+			return 0, nil, err
+		}
+		st, body := errorResponse(ae, c.requestID)
+		return st, body, nil
+	}
+	if v == nil {
+		return status, nil, nil
+	}
+	body, err := json.Marshal(v)
+	return status, body, err
+}
+
+// plain serves a handler that reads no body.
+func (s *Server) plain(h handlerFunc) func(http.ResponseWriter, *http.Request, *call) {
+	return func(w http.ResponseWriter, r *http.Request, c *call) {
+		c.store = s.db.Store()
+		s.finish(w, c, h)
+	}
+}
+
+// withBody serves a handler that reads a body of at most limit bytes, with
+// no Idempotency-Key (PATCH is safe to repeat).
+func (s *Server) withBody(limit int64, h handlerFunc) func(http.ResponseWriter, *http.Request, *call) {
+	return func(w http.ResponseWriter, r *http.Request, c *call) {
+		var err error
+		if c.body, err = readBody(w, r, limit); err != nil {
+			s.fail(w, c, err)
+			return
+		}
+		c.store = s.db.Store()
+		s.finish(w, c, h)
+	}
+}
+
+func (s *Server) finish(w http.ResponseWriter, c *call, h handlerFunc) {
+	status, body, err := s.render(c, h)
+	if err != nil {
+		s.fail(w, c, err)
+		return
+	}
+	for k, v := range c.header {
+		w.Header()[k] = v
+	}
+	if body == nil {
+		w.WriteHeader(status)
+		return
+	}
+	writeBody(w, status, body)
+	if c.afterCommit != nil && status < 300 {
+		c.afterCommit(context.WithoutCancel(c.ctx))
+	}
+}
+
+// idempotent serves a mutating handler behind an Idempotency-Key (SPEC §2).
+func (s *Server) idempotent(limit int64, h handlerFunc) func(http.ResponseWriter, *http.Request, *call) {
+	return func(w http.ResponseWriter, r *http.Request, c *call) {
+		key := r.Header.Get("Idempotency-Key")
+		switch {
+		case key == "":
+			s.fail(w, c, &webhookd.Error{Code: webhookd.CodeIdempotencyKeyRequired, Message: "this route requires an Idempotency-Key header"})
+			return
+		case len(key) > 255:
+			s.fail(w, c, &webhookd.Error{Code: webhookd.CodeIdempotencyKeyTooLong, Message: "Idempotency-Key is longer than 255 characters"})
+			return
+		}
+		var err error
+		if c.body, err = readBody(w, r, limit); err != nil {
+			s.fail(w, c, err)
+			return
+		}
+		ik := storage.IdempotencyKey{ProjectID: c.project.ID, Key: key, TTL: c.project.IdempotencyTTL,
+			Fingerprint: fingerprint(r.Method, r.URL.Path, c.body)}
+		resp, replayed, err := s.db.WithIdempotency(c.ctx, ik, s.clock.Now(), s.cfg.IdempotencyWait,
+			func(st *storage.Store) (storage.StoredResponse, error) {
+				c.store = st
+				status, body, err := s.render(c, h)
+				return storage.StoredResponse{StatusCode: status, ContentType: "application/json", Body: body}, err
+			})
+		if err != nil {
+			if webhookd.ErrorCode(err) == webhookd.CodeIdempotencyKeyInProgress {
+				w.Header().Set("Retry-After", "5")
+			}
+			s.fail(w, c, err)
+			return
+		}
+		if replayed {
+			w.Header().Set("Idempotent-Replayed", "true")
+		}
+		if resp.ContentType != "" {
+			w.Header().Set("Content-Type", resp.ContentType)
+		}
+		w.WriteHeader(resp.StatusCode)
+		w.Write(resp.Body)
+		if !replayed && c.afterCommit != nil && resp.StatusCode < 300 {
+			c.afterCommit(context.WithoutCancel(c.ctx))
+		}
+	}
+}
+
+// fingerprint is SHA-256 over method, path and body.
+func fingerprint(method, path string, body []byte) [32]byte {
+	h := sha256.New()
+	io.WriteString(h, method+" "+path+"\n")
+	h.Write(body)
+	var out [32]byte
+	h.Sum(out[:0])
+	return out
+}
+
+// readBody reads at most limit bytes; a longer body is payload_too_large,
+// refused before any parsing (and before reading it when Content-Length
+// already tells).
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	tooLarge := &webhookd.Error{Code: webhookd.CodePayloadTooLarge,
+		Message: "request body is larger than " + strconv.FormatInt(limit, 10) + " bytes"}
+	if r.ContentLength > limit {
+		return nil, tooLarge
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return nil, tooLarge
+	}
+	if err != nil {
+		return nil, &webhookd.Error{Code: webhookd.CodeInvalidJSON, Message: "could not read the request body"}
+	}
+	return body, nil
+}
+
+// clientIP is the remote address without its port.
+func clientIP(r *http.Request) string {
+	host := r.RemoteAddr
+	if i := strings.LastIndexByte(host, ':'); i > 0 {
+		host = host[:i]
+	}
+	return host
+}

@@ -1,0 +1,267 @@
+package api
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/dispatcher"
+	"github.com/webhookd/webhookd/storage"
+)
+
+// Endpoint input limits.
+const (
+	maxURLLength         = 2048
+	maxDescriptionLength = 1024
+	maxEventTypes        = 256
+	maxRatePerSecond     = 100000
+)
+
+// endpointInput is the writable part of an endpoint, as decoded.
+type endpointInput struct {
+	URL                string
+	Description        string
+	EventTypes         []string
+	RateLimitPerSecond *int
+	Status             string
+}
+
+func (in *endpointInput) fields() map[string]any {
+	return map[string]any{"url": &in.URL, "description": &in.Description, "event_types": &in.EventTypes,
+		"rate_limit_per_second": &in.RateLimitPerSecond, "status": &in.Status}
+}
+
+// createEndpoint serves POST /v1/endpoints.
+func (s *Server) createEndpoint(c *call) (int, any, error) {
+	var in endpointInput
+	fields := in.fields()
+	delete(fields, "status")
+	present, err := decodeObject(c.body, "", fields)
+	if err != nil {
+		return 0, nil, err
+	}
+	if !present["url"] {
+		return 0, nil, webhookd.Invalid("url", "is required")
+	}
+	if err := s.validateEndpoint(in, present); err != nil {
+		return 0, nil, err
+	}
+	secret, err := newSecret()
+	if err != nil {
+		return 0, nil, err
+	}
+	e, err := c.store.CreateEndpoint(c.ctx, c.project.ID, storage.NewEndpoint{URL: in.URL, Description: in.Description,
+		EventTypes: in.EventTypes, RateLimitPerSecond: in.RateLimitPerSecond, Secret: secret}, s.clock.Now())
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusCreated, endpointWithSecretJSON{endpointJSON: endpointOut(e), Secret: e.Secret}, nil
+}
+
+// validateEndpoint checks the fields present in a create or patch.
+func (s *Server) validateEndpoint(in endpointInput, present map[string]bool) error {
+	if present["url"] {
+		if err := s.validateURL(in.URL); err != nil {
+			return err
+		}
+	}
+	if present["description"] && len(in.Description) > maxDescriptionLength {
+		return webhookd.Invalid("description", "must be at most %d characters", maxDescriptionLength)
+	}
+	if present["event_types"] {
+		if len(in.EventTypes) > maxEventTypes {
+			return webhookd.Invalid("event_types", "must list at most %d types", maxEventTypes)
+		}
+		for i, t := range in.EventTypes {
+			if !eventTypePattern.MatchString(t) {
+				return webhookd.Invalid(fmt.Sprintf("event_types[%d]", i), "must be 1 to 128 characters of A-Z a-z 0-9 . _ : -")
+			}
+		}
+	}
+	if r := in.RateLimitPerSecond; r != nil && (*r < 1 || *r > maxRatePerSecond) {
+		return webhookd.Invalid("rate_limit_per_second", "must be between 1 and %d, or null for no limit", maxRatePerSecond)
+	}
+	if present["status"] && in.Status != webhookd.EndpointActive && in.Status != webhookd.EndpointDisabled {
+		return webhookd.Invalid("status", `must be "active" or "disabled"`)
+	}
+	return nil
+}
+
+// validateURL accepts absolute http(s) URLs without credentials. Unless
+// private networks are allowed, a host that is a literal loopback, private,
+// link-local, multicast or unspecified address, or localhost, is refused
+// here too (the dial-time guard still checks every resolved address).
+func (s *Server) validateURL(raw string) error {
+	if raw == "" || len(raw) > maxURLLength {
+		return webhookd.Invalid("url", "must be an absolute http or https URL of at most %d characters", maxURLLength)
+	}
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Hostname() == "" {
+		return webhookd.Invalid("url", "must be an absolute http or https URL")
+	}
+	if u.User != nil {
+		return webhookd.Invalid("url", "must not carry a user name or password")
+	}
+	if s.cfg.AllowPrivateNetworks {
+		return nil
+	}
+	host := strings.ToLower(strings.TrimSuffix(u.Hostname(), "."))
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return webhookd.Invalid("url", "must not point at localhost")
+	}
+	if ip, err := netip.ParseAddr(host); err == nil && !dispatcher.Allowed(ip) {
+		return webhookd.Invalid("url", "must not point at a loopback, private, link-local or multicast address")
+	}
+	return nil
+}
+
+// newSecret returns whsec_ + base64 of 32 random bytes.
+func newSecret() (string, error) {
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		return "", err
+	}
+	return "whsec_" + base64.StdEncoding.EncodeToString(raw), nil
+}
+
+// listEndpoints serves GET /v1/endpoints.
+func (s *Server) listEndpoints(c *call) (int, any, error) {
+	page, err := pageOf(c.r)
+	if err != nil {
+		return 0, nil, err
+	}
+	list, more, err := c.store.ListEndpoints(c.ctx, c.project.ID, page)
+	if err != nil {
+		return 0, nil, err
+	}
+	out := listJSON[endpointJSON]{Data: make([]endpointJSON, len(list))}
+	for i, e := range list {
+		out.Data[i] = endpointOut(e)
+	}
+	if more {
+		out.NextCursor = cursorAfter(list[len(list)-1].ID)
+	}
+	return http.StatusOK, out, nil
+}
+
+// getEndpoint serves GET /v1/endpoints/{id}.
+func (s *Server) getEndpoint(c *call) (int, any, error) {
+	e, err := c.store.GetEndpoint(c.ctx, c.project.ID, c.r.PathValue("id"))
+	if err != nil {
+		return 0, nil, err
+	}
+	c.header.Set("ETag", strconv.Quote(strconv.Itoa(e.Version)))
+	return http.StatusOK, endpointOut(e), nil
+}
+
+// patchEndpoint serves PATCH /v1/endpoints/{id}, honouring If-Match.
+func (s *Server) patchEndpoint(c *call) (int, any, error) {
+	var in endpointInput
+	// null clears description, event_types (every type) and
+	// rate_limit_per_second (no limit); a null url or status fails validation.
+	present, err := decodeObject(c.body, "", in.fields())
+	if err != nil {
+		return 0, nil, err
+	}
+	if err := s.validateEndpoint(in, present); err != nil {
+		return 0, nil, err
+	}
+	var p storage.EndpointPatch
+	if present["url"] {
+		p.URL = &in.URL
+	}
+	if present["description"] {
+		p.Description = &in.Description
+	}
+	if present["event_types"] {
+		p.EventTypes = &in.EventTypes
+	}
+	if present["rate_limit_per_second"] {
+		p.RateLimitPerSecond = &in.RateLimitPerSecond
+	}
+	if present["status"] {
+		p.Status = &in.Status
+	}
+	if m := c.r.Header.Get("If-Match"); m != "" {
+		v, err := strconv.Atoi(strings.Trim(strings.TrimPrefix(strings.TrimSpace(m), "W/"), `"`))
+		if err != nil {
+			return 0, nil, &webhookd.Error{Code: webhookd.CodeVersionMismatch, Message: "If-Match does not name a version of this endpoint"}
+		}
+		p.IfVersion = &v
+	}
+	e, err := c.store.UpdateEndpoint(c.ctx, c.project.ID, c.r.PathValue("id"), p, s.clock.Now())
+	if err != nil {
+		return 0, nil, err
+	}
+	c.header.Set("ETag", strconv.Quote(strconv.Itoa(e.Version)))
+	return http.StatusOK, endpointOut(e), nil
+}
+
+// deleteEndpoint serves DELETE /v1/endpoints/{id}: 204.
+func (s *Server) deleteEndpoint(c *call) (int, any, error) {
+	if err := c.store.DeleteEndpoint(c.ctx, c.project.ID, c.r.PathValue("id"), s.clock.Now()); err != nil {
+		return 0, nil, err
+	}
+	return http.StatusNoContent, nil, nil
+}
+
+// getSecret serves GET /v1/endpoints/{id}/secret.
+func (s *Server) getSecret(c *call) (int, any, error) {
+	e, err := c.store.GetEndpoint(c.ctx, c.project.ID, c.r.PathValue("id"))
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, secretOut(e, s.clock.Now()), nil
+}
+
+// rotateSecret serves POST /v1/endpoints/{id}/rotate-secret.
+func (s *Server) rotateSecret(c *call) (int, any, error) {
+	if len(strings.TrimSpace(string(c.body))) > 0 {
+		if _, err := decodeObject(c.body, "", map[string]any{}); err != nil {
+			return 0, nil, err
+		}
+	}
+	secret, err := newSecret()
+	if err != nil {
+		return 0, nil, err
+	}
+	now := s.clock.Now()
+	e, err := c.store.RotateSecret(c.ctx, c.project.ID, c.r.PathValue("id"), secret, now)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, secretOut(e, now), nil
+}
+
+// pageOf reads ?limit= (1–100, default 50) and ?cursor=.
+func pageOf(r *http.Request) (storage.Page, error) {
+	page := storage.Page{Limit: 50}
+	q := r.URL.Query()
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 100 {
+			return page, webhookd.Invalid("limit", "must be an integer from 1 to 100")
+		}
+		page.Limit = n
+	}
+	if v := q.Get("cursor"); v != "" {
+		id, err := base64.RawURLEncoding.DecodeString(v)
+		if err != nil || len(id) == 0 {
+			return page, webhookd.Invalid("cursor", "is not a cursor this API returned")
+		}
+		page.Cursor = string(id)
+	}
+	return page, nil
+}
+
+// cursorAfter is the opaque cursor continuing after id.
+func cursorAfter(id string) *string {
+	c := base64.RawURLEncoding.EncodeToString([]byte(id))
+	return &c
+}

@@ -1,0 +1,72 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/webhookd/webhookd"
+)
+
+// statusOf maps an application error code to its HTTP status: the one place
+// that does.
+func statusOf(code string) int {
+	switch code {
+	case webhookd.CodeUnauthorized:
+		return http.StatusUnauthorized
+	case webhookd.CodeNotFound:
+		return http.StatusNotFound
+	case webhookd.CodeInvalidJSON, webhookd.CodeValidationFailed,
+		webhookd.CodeIdempotencyKeyRequired, webhookd.CodeIdempotencyKeyTooLong:
+		return http.StatusBadRequest
+	case webhookd.CodeIdempotencyKeyMismatch:
+		return http.StatusUnprocessableEntity
+	case webhookd.CodeIdempotencyKeyInProgress, webhookd.CodeExternalIDTaken:
+		return http.StatusConflict
+	case webhookd.CodeVersionMismatch:
+		return http.StatusPreconditionFailed
+	case webhookd.CodePayloadTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case webhookd.CodeRateLimited:
+		return http.StatusTooManyRequests
+	case webhookd.CodeUnavailable:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+// appError turns any error into an *webhookd.Error safe to show: database
+// outages become unavailable, anything unknown internal.
+func appError(err error) *webhookd.Error {
+	var e *webhookd.Error
+	if errors.As(err, &e) {
+		return e
+	}
+	var ce *pgconn.ConnectError
+	var ne net.Error
+	if errors.As(err, &ce) || errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) {
+		return &webhookd.Error{Code: webhookd.CodeUnavailable, Message: "the service is temporarily unavailable; retry later"}
+	}
+	return &webhookd.Error{Code: webhookd.CodeInternal, Message: "internal error"}
+}
+
+// errorResponse renders err as the SPEC's error body.
+func errorResponse(err *webhookd.Error, requestID string) (int, []byte) {
+	body, _ := json.Marshal(errorJSON{Error: errorBodyJSON{Code: err.Code, Message: err.Message,
+		RequestID: requestID, Field: err.Field, ExistingID: err.ExistingID}})
+	return statusOf(err.Code), body
+}
+
+// writeBody writes a JSON response with the headers every error needs.
+func writeBody(w http.ResponseWriter, status int, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	if status == http.StatusServiceUnavailable && w.Header().Get("Retry-After") == "" {
+		w.Header().Set("Retry-After", "5")
+	}
+	w.WriteHeader(status)
+	w.Write(append(body, '\n'))
+}

@@ -1,0 +1,142 @@
+// Package api serves webhookd's public JSON API (SPEC §2): events,
+// endpoints, deliveries, dead letters and jobs, behind API-key auth, a
+// per-project rate limit shared through Redis, and Idempotency-Key records
+// kept in PostgreSQL.
+package api
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/storage"
+)
+
+// Config configures a Server. Zero values take the defaults named in each
+// field's comment.
+type Config struct {
+	DB       *storage.DB           // required
+	Redis    redis.UniversalClient // required for rate limits; errors fail open
+	Enqueuer webhookd.Enqueuer     // hands committed deliveries to the queue; nil: the reconciler picks them up
+	Clock    webhookd.Clock        // default webhookd.SystemClock
+	Logger   *slog.Logger          // default slog.Default()
+	Metrics  prometheus.Registerer // default: a private registry
+	// MaxPayloadBytes caps a request body (and each batch item's data);
+	// default 65536.
+	MaxPayloadBytes int64
+	// MaxBatchBytes caps the body of POST /v1/events/batch; default 1 MiB.
+	MaxBatchBytes int64
+	// IdempotencyWait is how long a repeat waits for a concurrent first
+	// request with the same key; default 10s.
+	IdempotencyWait time.Duration
+	// AllowPrivateNetworks lets endpoint URLs name loopback and private
+	// addresses (local development and tests); default false.
+	AllowPrivateNetworks bool
+	// RateLimitPrefix prefixes the Redis keys of the limiter; default
+	// "webhookd:ratelimit:".
+	RateLimitPrefix string
+	// RedisTimeout bounds each limiter call so a slow Redis cannot stall the
+	// API; default 250ms.
+	RedisTimeout time.Duration
+}
+
+// WithDefaults fills zero values.
+func (c Config) WithDefaults() Config {
+	if c.Clock == nil {
+		c.Clock = webhookd.SystemClock{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Metrics == nil {
+		c.Metrics = prometheus.NewRegistry()
+	}
+	if c.MaxPayloadBytes == 0 {
+		c.MaxPayloadBytes = 64 << 10
+	}
+	if c.MaxBatchBytes == 0 {
+		c.MaxBatchBytes = 1 << 20
+	}
+	if c.IdempotencyWait == 0 {
+		c.IdempotencyWait = 10 * time.Second
+	}
+	if c.RateLimitPrefix == "" {
+		c.RateLimitPrefix = "webhookd:ratelimit:"
+	}
+	if c.RedisTimeout == 0 {
+		c.RedisTimeout = 250 * time.Millisecond
+	}
+	return c
+}
+
+// Validate names the first bad field.
+func (c Config) Validate() error {
+	switch {
+	case c.DB == nil:
+		return errors.New("api config: DB is required")
+	case c.Redis == nil:
+		return errors.New("api config: Redis is required")
+	case c.MaxPayloadBytes < 1024:
+		return fmt.Errorf("api config: MaxPayloadBytes %d is below 1024", c.MaxPayloadBytes)
+	case c.MaxBatchBytes < c.MaxPayloadBytes:
+		return fmt.Errorf("api config: MaxBatchBytes %d is below MaxPayloadBytes", c.MaxBatchBytes)
+	case c.IdempotencyWait < 0:
+		return errors.New("api config: IdempotencyWait is negative")
+	}
+	return nil
+}
+
+// Server is the public API.
+type Server struct {
+	cfg     Config
+	db      *storage.DB
+	log     *slog.Logger
+	clock   webhookd.Clock
+	limiter *rateLimiter
+	mux     *http.ServeMux
+}
+
+// New builds a Server from cfg (after WithDefaults).
+func New(cfg Config) (*Server, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, db: cfg.DB, log: cfg.Logger, clock: cfg.Clock, mux: http.NewServeMux()}
+	var err error
+	if s.limiter, err = newRateLimiter(cfg.Redis, cfg.RateLimitPrefix, cfg.RedisTimeout, cfg.Logger, cfg.Metrics); err != nil {
+		return nil, err
+	}
+	s.routes()
+	return s, nil
+}
+
+// ServeHTTP serves the API.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// RedisDegraded reports whether the last limiter call failed to reach Redis
+// (for /readyz).
+func (s *Server) RedisDegraded() bool { return s.limiter.degraded() }
+
+func (s *Server) routes() {
+	p := s.cfg.MaxPayloadBytes
+	s.handle("POST /v1/events", s.idempotent(p, s.createEvent))
+	s.handle("POST /v1/events/batch", s.idempotent(s.cfg.MaxBatchBytes, s.createEventBatch))
+	s.handle("GET /v1/events/{id}", s.plain(s.getEvent))
+	s.handle("POST /v1/endpoints", s.idempotent(p, s.createEndpoint))
+	s.handle("GET /v1/endpoints", s.plain(s.listEndpoints))
+	s.handle("GET /v1/endpoints/{id}", s.plain(s.getEndpoint))
+	s.handle("PATCH /v1/endpoints/{id}", s.withBody(p, s.patchEndpoint))
+	s.handle("DELETE /v1/endpoints/{id}", s.plain(s.deleteEndpoint))
+	s.handle("GET /v1/endpoints/{id}/secret", s.plain(s.getSecret))
+	s.handle("POST /v1/endpoints/{id}/rotate-secret", s.idempotent(p, s.rotateSecret))
+	s.handle("/", s.plain(func(*call) (int, any, error) {
+		return 0, nil, &webhookd.Error{Code: webhookd.CodeNotFound, Message: "no such route"}
+	}))
+}

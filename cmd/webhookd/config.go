@@ -1,0 +1,132 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Config is everything webhookd reads from its environment and flags. Each
+// field's comment names its variable and default.
+type Config struct {
+	DatabaseURL          string        // WEBHOOKD_DATABASE_URL; postgres://postgres@127.0.0.1:5432/webhookd?sslmode=disable
+	RedisURL             string        // WEBHOOKD_REDIS_URL; redis://127.0.0.1:6379/0
+	APIAddr              string        // WEBHOOKD_API_ADDR; :8080
+	DashboardAddr        string        // WEBHOOKD_DASHBOARD_ADDR; :8081
+	AdminToken           string        // WEBHOOKD_ADMIN_TOKEN; random, printed once at start
+	RetrySchedule        string        // WEBHOOKD_RETRY_SCHEDULE; 1m,15m,1h,24h
+	AllowPrivateNetworks bool          // WEBHOOKD_ALLOW_PRIVATE_NETWORKS; false
+	ConnectTimeout       time.Duration // WEBHOOKD_CONNECT_TIMEOUT; 10s
+	ResponseTimeout      time.Duration // WEBHOOKD_RESPONSE_TIMEOUT; 30s
+	Retention            time.Duration // WEBHOOKD_RETENTION; 336h
+	MaxPayloadBytes      int64         // WEBHOOKD_MAX_PAYLOAD_BYTES; 65536
+	MaxBatchBytes        int64         // WEBHOOKD_MAX_BATCH_BYTES; 1048576
+	WorkerConcurrency    int           // WEBHOOKD_WORKER_CONCURRENCY; 20
+	LogLevel             string        // WEBHOOKD_LOG_LEVEL; info
+}
+
+// DefaultConfig returns the documented defaults.
+func DefaultConfig() Config {
+	return Config{
+		DatabaseURL:       "postgres://postgres@127.0.0.1:5432/webhookd?sslmode=disable",
+		RedisURL:          "redis://127.0.0.1:6379/0",
+		APIAddr:           ":8080",
+		DashboardAddr:     ":8081",
+		RetrySchedule:     "1m,15m,1h,24h",
+		ConnectTimeout:    10 * time.Second,
+		ResponseTimeout:   30 * time.Second,
+		Retention:         336 * time.Hour,
+		MaxPayloadBytes:   65536,
+		MaxBatchBytes:     1 << 20,
+		WorkerConcurrency: 20,
+		LogLevel:          "info",
+	}
+}
+
+// Validate names the first bad setting.
+func (c Config) Validate() error {
+	switch {
+	case c.DatabaseURL == "":
+		return errors.New("WEBHOOKD_DATABASE_URL is required")
+	case c.RedisURL == "":
+		return errors.New("WEBHOOKD_REDIS_URL is required")
+	case c.ConnectTimeout <= 0:
+		return errors.New("WEBHOOKD_CONNECT_TIMEOUT must be positive")
+	case c.ResponseTimeout <= 0:
+		return errors.New("WEBHOOKD_RESPONSE_TIMEOUT must be positive")
+	case c.Retention <= 0:
+		return errors.New("WEBHOOKD_RETENTION must be positive")
+	case c.MaxPayloadBytes < 1024:
+		return errors.New("WEBHOOKD_MAX_PAYLOAD_BYTES must be at least 1024")
+	case c.MaxBatchBytes < c.MaxPayloadBytes:
+		return errors.New("WEBHOOKD_MAX_BATCH_BYTES must be at least WEBHOOKD_MAX_PAYLOAD_BYTES")
+	case c.WorkerConcurrency < 1:
+		return errors.New("WEBHOOKD_WORKER_CONCURRENCY must be at least 1")
+	}
+	return nil
+}
+
+// bind registers a flag for every setting on fs, each defaulting to its
+// environment variable (or the built-in default). Bad environment values
+// are reported by the returned func after parsing.
+func (c *Config) bind(fs *flag.FlagSet, getenv func(string) string) func() error {
+	var errs []error
+	str := func(p *string, flagName, env, usage string) {
+		if v := getenv(env); v != "" {
+			*p = v
+		}
+		fs.StringVar(p, flagName, *p, usage+" ("+env+")")
+	}
+	dur := func(p *time.Duration, flagName, env, usage string) {
+		if v := getenv(env); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", env, err))
+			}
+			*p = d
+		}
+		fs.DurationVar(p, flagName, *p, usage+" ("+env+")")
+	}
+	i64 := func(p *int64, flagName, env, usage string) {
+		if v := getenv(env); v != "" {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", env, err))
+			}
+			*p = n
+		}
+		fs.Int64Var(p, flagName, *p, usage+" ("+env+")")
+	}
+	str(&c.DatabaseURL, "database-url", "WEBHOOKD_DATABASE_URL", "PostgreSQL URL")
+	str(&c.RedisURL, "redis-url", "WEBHOOKD_REDIS_URL", "Redis URL")
+	str(&c.APIAddr, "api-addr", "WEBHOOKD_API_ADDR", "public API listen address")
+	str(&c.DashboardAddr, "dashboard-addr", "WEBHOOKD_DASHBOARD_ADDR", "dashboard listen address")
+	str(&c.AdminToken, "admin-token", "WEBHOOKD_ADMIN_TOKEN", "dashboard admin token")
+	str(&c.RetrySchedule, "retry-schedule", "WEBHOOKD_RETRY_SCHEDULE", "delays between attempts")
+	str(&c.LogLevel, "log-level", "WEBHOOKD_LOG_LEVEL", "debug, info, warn or error")
+	if v := getenv("WEBHOOKD_ALLOW_PRIVATE_NETWORKS"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("WEBHOOKD_ALLOW_PRIVATE_NETWORKS: %w", err))
+		}
+		c.AllowPrivateNetworks = b
+	}
+	fs.BoolVar(&c.AllowPrivateNetworks, "allow-private-networks", c.AllowPrivateNetworks,
+		"let endpoints use loopback and private addresses (WEBHOOKD_ALLOW_PRIVATE_NETWORKS)")
+	dur(&c.ConnectTimeout, "connect-timeout", "WEBHOOKD_CONNECT_TIMEOUT", "delivery connect timeout")
+	dur(&c.ResponseTimeout, "response-timeout", "WEBHOOKD_RESPONSE_TIMEOUT", "delivery response timeout")
+	dur(&c.Retention, "retention", "WEBHOOKD_RETENTION", "how long deliveries, attempts and dead letters are kept")
+	i64(&c.MaxPayloadBytes, "max-payload-bytes", "WEBHOOKD_MAX_PAYLOAD_BYTES", "largest request body")
+	i64(&c.MaxBatchBytes, "max-batch-bytes", "WEBHOOKD_MAX_BATCH_BYTES", "largest batch request body")
+	conc := int64(c.WorkerConcurrency)
+	i64(&conc, "worker-concurrency", "WEBHOOKD_WORKER_CONCURRENCY", "parallel deliveries per worker")
+	return func() error {
+		c.WorkerConcurrency = int(conc)
+		if len(errs) > 0 {
+			return errors.Join(errs...)
+		}
+		return c.Validate()
+	}
+}

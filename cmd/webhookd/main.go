@@ -1,0 +1,111 @@
+// Command webhookd is the durable webhook delivery service: one binary that
+// runs the API (serve), the delivery worker (worker), both with the
+// dashboard (all), migrations (migrate), and API key creation (keys create).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/webhookd/webhookd/storage"
+)
+
+const usage = `webhookd — durable webhook delivery
+
+Usage:
+  webhookd all       API, worker and dashboard in one process
+  webhookd serve     the public API only
+  webhookd migrate   apply database migrations (safe to rerun)
+  webhookd keys create --project NAME [--rate-limit N] [--idempotency-ttl 24h]
+                     create an API key (and the project if new); prints the key alone
+
+Run "webhookd <command> -h" for the flags of a command; every flag also has a
+WEBHOOKD_* environment variable (see README.md).
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "webhookd:", err)
+		}
+		os.Exit(2)
+	}
+}
+
+// run executes one command line.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return errors.New("no command given")
+	}
+	cmd, args := args[0], args[1:]
+	if cmd == "keys" {
+		if len(args) == 0 || args[0] != "create" {
+			return errors.New(`usage: webhookd keys create --project NAME [--rate-limit N] [--idempotency-ttl D]`)
+		}
+		cmd, args = "keys create", args[1:]
+	}
+	fs := flag.NewFlagSet("webhookd "+cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfg := DefaultConfig()
+	check := cfg.bind(fs, getenv)
+	var (
+		project = fs.String("project", "", "project name (keys create)")
+		rate    = fs.Int("rate-limit", 0, "API requests per minute for the project (keys create; default 6000)")
+		idemTTL = fs.Duration("idempotency-ttl", 0, "how long Idempotency-Key records are kept, up to 72h (keys create; default 24h)")
+	)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := check(); err != nil {
+		return err
+	}
+	m := NewMain(cfg, stderr)
+	defer m.Close()
+	switch cmd {
+	case "migrate":
+		if err := m.OpenDB(ctx); err != nil {
+			return err
+		}
+		if err := m.DB.Migrate(ctx); err != nil {
+			return err
+		}
+		m.Logger.Info("migrations applied")
+		return nil
+	case "keys create":
+		if *project == "" {
+			return errors.New("keys create: --project is required")
+		}
+		if err := m.OpenDB(ctx); err != nil {
+			return err
+		}
+		key, _, err := m.DB.Store().CreateAPIKey(ctx, *project, storage.ProjectPlan{RateLimitPerMinute: *rate, IdempotencyTTL: *idemTTL})
+		if err != nil {
+			return fmt.Errorf("keys create: %w", err)
+		}
+		fmt.Fprintln(stdout, key)
+		return nil
+	case "serve", "all":
+		roles := Roles{API: true, Ops: cmd == "all"}
+		if err := m.Start(ctx, roles); err != nil {
+			return err
+		}
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		return m.Shutdown(shutdown)
+	default:
+		fmt.Fprint(stderr, usage)
+		return fmt.Errorf("unknown command %q (want one of %s)", cmd, strings.Join([]string{"all", "serve", "migrate", "keys create"}, ", "))
+	}
+}

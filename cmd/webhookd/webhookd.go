@@ -1,0 +1,187 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/webhookd/webhookd/api"
+	"github.com/webhookd/webhookd/storage"
+)
+
+// Roles says which parts a process runs.
+type Roles struct {
+	API bool // the public API on APIAddr
+	Ops bool // /healthz, /readyz and /metrics on DashboardAddr
+}
+
+// Main is one webhookd process: its configuration, connections and
+// listeners. Tests start it on 127.0.0.1:0 against a throwaway database.
+type Main struct {
+	Config   Config
+	Logger   *slog.Logger
+	Registry *prometheus.Registry
+	DB       *storage.DB
+	Redis    *redis.Client
+
+	// SearchPath, when set, makes every database connection work in that
+	// schema (tests).
+	SearchPath string
+
+	API     *api.Server
+	APIAddr string // the API's bound address once started
+	OpsAddr string // the ops listener's bound address once started
+
+	servers []*http.Server
+}
+
+// NewMain returns a Main logging to logOut.
+func NewMain(cfg Config, logOut io.Writer) *Main {
+	level := slog.LevelInfo
+	_ = level.UnmarshalText([]byte(cfg.LogLevel))
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return &Main{Config: cfg, Registry: reg,
+		Logger: slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: level}))}
+}
+
+// OpenDB connects to PostgreSQL.
+func (m *Main) OpenDB(ctx context.Context) error {
+	if m.DB != nil {
+		return nil
+	}
+	db, err := storage.Open(ctx, storage.Config{URL: m.Config.DatabaseURL, SearchPath: m.SearchPath,
+		MaxConns: int32(max(20, m.Config.WorkerConcurrency+10))})
+	if err != nil {
+		return err
+	}
+	m.DB = db
+	return nil
+}
+
+// OpenRedis makes the Redis client. It does not need Redis to be up: the API
+// fails open without it and the worker waits for it.
+func (m *Main) OpenRedis() error {
+	if m.Redis != nil {
+		return nil
+	}
+	opts, err := redis.ParseURL(m.Config.RedisURL)
+	if err != nil {
+		return fmt.Errorf("WEBHOOKD_REDIS_URL: %w", err)
+	}
+	opts.DialTimeout = 2 * time.Second
+	m.Redis = redis.NewClient(opts)
+	return nil
+}
+
+// Start opens connections and starts the listeners of roles.
+func (m *Main) Start(ctx context.Context, roles Roles) error {
+	if err := m.OpenDB(ctx); err != nil {
+		return err
+	}
+	if err := m.OpenRedis(); err != nil {
+		return err
+	}
+	if roles.API {
+		srv, err := api.New(api.Config{DB: m.DB, Redis: m.Redis, Logger: m.Logger, Metrics: m.Registry,
+			MaxPayloadBytes: m.Config.MaxPayloadBytes, MaxBatchBytes: m.Config.MaxBatchBytes,
+			AllowPrivateNetworks: m.Config.AllowPrivateNetworks})
+		if err != nil {
+			return err
+		}
+		m.API = srv
+		if m.APIAddr, err = m.listen(m.Config.APIAddr, srv); err != nil {
+			return err
+		}
+		m.Logger.Info("api listening", "addr", m.APIAddr)
+	}
+	if roles.Ops {
+		addr, err := m.listen(m.Config.DashboardAddr, m.opsHandler())
+		if err != nil {
+			return err
+		}
+		m.OpsAddr = addr
+		m.Logger.Info("dashboard listening", "addr", addr)
+	}
+	return nil
+}
+
+// listen serves h on addr in the background and returns the bound address.
+func (m *Main) listen(addr string, h http.Handler) (string, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", fmt.Errorf("listen %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 60 * time.Second,
+		IdleTimeout: 120 * time.Second, ErrorLog: slog.NewLogLogger(m.Logger.Handler(), slog.LevelWarn)}
+	m.servers = append(m.servers, srv)
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			m.Logger.Error("server stopped", "addr", addr, "err", err)
+		}
+	}()
+	return ln.Addr().String(), nil
+}
+
+// opsHandler serves /healthz, /readyz and /metrics without login.
+func (m *Main) opsHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		pgErr, redisErr := m.DB.Ping(ctx), m.Redis.Ping(ctx).Err()
+		status := http.StatusOK
+		if pgErr != nil || redisErr != nil {
+			status = http.StatusServiceUnavailable
+			w.Header().Set("Retry-After", "5")
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(status)
+		fmt.Fprintf(w, "postgres: %s\nredis: %s\n", okOr(pgErr), okOr(redisErr))
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	return mux
+}
+
+func okOr(err error) string {
+	if err != nil {
+		return "unavailable: " + err.Error()
+	}
+	return "ok"
+}
+
+// Shutdown stops the listeners gracefully.
+func (m *Main) Shutdown(ctx context.Context) error {
+	var errs []error
+	for _, s := range m.servers {
+		errs = append(errs, s.Shutdown(ctx))
+	}
+	m.servers = nil
+	return errors.Join(errs...)
+}
+
+// Close releases connections.
+func (m *Main) Close() {
+	for _, s := range m.servers {
+		s.Close()
+	}
+	if m.Redis != nil {
+		m.Redis.Close()
+	}
+	if m.DB != nil {
+		m.DB.Close()
+	}
+}

@@ -1,0 +1,146 @@
+// Package storage keeps webhookd's state in PostgreSQL through pgx: projects
+// and keys, endpoints, events, deliveries, attempts, dead letters,
+// idempotency records and jobs. PostgreSQL is the source of truth; every
+// multi-row change happens in one transaction.
+package storage
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
+
+	"github.com/webhookd/webhookd"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// DB is the PostgreSQL store of one webhookd deployment.
+type DB struct {
+	pool *pgxpool.Pool
+}
+
+// Config tells Open where PostgreSQL is.
+type Config struct {
+	URL      string // required: postgres://...
+	MaxConns int32  // pool size; default 20, keep it above the worker concurrency
+	// SearchPath, when set, is the schema every connection works in (tests
+	// give each test its own).
+	SearchPath string
+}
+
+// Open connects a pool and checks that PostgreSQL answers.
+func Open(ctx context.Context, cfg Config) (*DB, error) {
+	pc, err := pgxpool.ParseConfig(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("parse database url: %w", err)
+	}
+	pc.MaxConns = 20
+	if cfg.MaxConns > 0 {
+		pc.MaxConns = cfg.MaxConns
+	}
+	if cfg.SearchPath != "" {
+		pc.ConnConfig.RuntimeParams["search_path"] = cfg.SearchPath
+	}
+	pc.ConnConfig.RuntimeParams["timezone"] = "UTC"
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("connect database: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("ping database: %w", err)
+	}
+	return &DB{pool: pool}, nil
+}
+
+// Pool returns the underlying pool (for tests and health checks).
+func (db *DB) Pool() *pgxpool.Pool { return db.pool }
+
+// Close closes the pool.
+func (db *DB) Close() { db.pool.Close() }
+
+// Ping reports whether PostgreSQL answers.
+func (db *DB) Ping(ctx context.Context) error { return db.pool.Ping(ctx) }
+
+// Migrate applies the embedded migrations. It is safe to run twice and from
+// two processes at once: goose holds a PostgreSQL advisory lock meanwhile.
+func (db *DB) Migrate(ctx context.Context) error {
+	sub, err := fs.Sub(migrations, "migrations")
+	if err != nil {
+		return err
+	}
+	locker, err := lock.NewPostgresSessionLocker()
+	if err != nil {
+		return fmt.Errorf("migration lock: %w", err)
+	}
+	sqlDB := stdlib.OpenDBFromPool(db.pool)
+	defer sqlDB.Close()
+	provider, err := goose.NewProvider(goose.DialectPostgres, sqlDB, sub, goose.WithSessionLocker(locker))
+	if err != nil {
+		return fmt.Errorf("migration provider: %w", err)
+	}
+	if _, err := provider.Up(ctx); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	return nil
+}
+
+// querier is what a Store runs its SQL on: the pool, or a transaction.
+type querier interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// Store runs the queries of webhookd on the pool or inside one transaction.
+type Store struct {
+	q querier
+}
+
+// Store returns a Store working directly on the pool.
+func (db *DB) Store() *Store { return &Store{q: db.pool} }
+
+// inTx runs fn in a transaction (a savepoint when s is already in one).
+func (s *Store) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, s.q, fn)
+}
+
+// Unique-constraint names recognised at the boundary.
+const (
+	constraintExternalID = "events_external_id_key"
+)
+
+// translate maps database errors to application errors: no rows becomes
+// ErrNotFound; everything else is wrapped as it is.
+func translate(err error, what string) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return &webhookd.Error{Code: webhookd.CodeNotFound, Message: what + " not found"}
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// pgCode returns the SQLSTATE of err, or "".
+func pgCode(err error) (code, constraint string) {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code, pe.ConstraintName
+	}
+	return "", ""
+}
+
+type pgxTx = pgx.Tx

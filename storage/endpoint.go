@@ -1,0 +1,191 @@
+package storage
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/webhookd/webhookd"
+)
+
+// SecretOverlap is how long a rotated-out secret keeps signing.
+const SecretOverlap = 24 * time.Hour
+
+const endpointColumns = `id, project_id, url, description, event_types, status, disabled_reason,
+	rate_limit_per_second, secret, previous_secret, previous_expires_at, version, created_at, updated_at`
+
+func scanEndpoint(row pgx.Row) (webhookd.Endpoint, error) {
+	var e webhookd.Endpoint
+	err := row.Scan(&e.ID, &e.ProjectID, &e.URL, &e.Description, &e.EventTypes, &e.Status, &e.DisabledReason,
+		&e.RateLimitPerSecond, &e.Secret, &e.PreviousSecret, &e.PreviousExpiresAt, &e.Version, &e.CreatedAt, &e.UpdatedAt)
+	if e.EventTypes == nil {
+		e.EventTypes = []string{}
+	}
+	return e, err
+}
+
+// NewEndpoint is a validated endpoint to create.
+type NewEndpoint struct {
+	URL                string
+	Description        string
+	EventTypes         []string
+	RateLimitPerSecond *int
+	Secret             string
+}
+
+// CreateEndpoint stores a new active endpoint with version 1.
+func (s *Store) CreateEndpoint(ctx context.Context, projectID string, n NewEndpoint, now time.Time) (webhookd.Endpoint, error) {
+	if n.EventTypes == nil {
+		n.EventTypes = []string{}
+	}
+	row := s.q.QueryRow(ctx, `
+		INSERT INTO endpoints (id, project_id, url, description, event_types, rate_limit_per_second, secret, created_at, updated_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)
+		RETURNING `+endpointColumns,
+		newID(prefixEndpoint), projectID, n.URL, n.Description, n.EventTypes, n.RateLimitPerSecond, n.Secret, now)
+	e, err := scanEndpoint(row)
+	return e, translate(err, "endpoint")
+}
+
+// GetEndpoint returns a live endpoint of the project, or ErrNotFound.
+func (s *Store) GetEndpoint(ctx context.Context, projectID, id string) (webhookd.Endpoint, error) {
+	row := s.q.QueryRow(ctx, `SELECT `+endpointColumns+` FROM endpoints
+		WHERE id = $1 AND project_id = $2 AND deleted_at IS NULL`, id, projectID)
+	e, err := scanEndpoint(row)
+	return e, translate(err, "endpoint")
+}
+
+// EndpointByID returns an endpoint whatever its project or state (for the
+// dispatcher), or ErrNotFound.
+func (s *Store) EndpointByID(ctx context.Context, id string) (webhookd.Endpoint, bool, error) {
+	var deleted *time.Time
+	var e webhookd.Endpoint
+	err := s.q.QueryRow(ctx, `SELECT `+endpointColumns+`, deleted_at FROM endpoints WHERE id = $1`, id).Scan(
+		&e.ID, &e.ProjectID, &e.URL, &e.Description, &e.EventTypes, &e.Status, &e.DisabledReason,
+		&e.RateLimitPerSecond, &e.Secret, &e.PreviousSecret, &e.PreviousExpiresAt, &e.Version, &e.CreatedAt, &e.UpdatedAt, &deleted)
+	return e, deleted != nil, translate(err, "endpoint")
+}
+
+// Page asks for one page of a list, newest first.
+type Page struct {
+	Limit  int    // 1–100
+	Cursor string // the id to continue after ("" for the first page)
+}
+
+// ListEndpoints returns up to page.Limit live endpoints, newest first, and
+// whether more follow.
+func (s *Store) ListEndpoints(ctx context.Context, projectID string, page Page) ([]webhookd.Endpoint, bool, error) {
+	rows, err := s.q.Query(ctx, `SELECT `+endpointColumns+` FROM endpoints
+		WHERE project_id = $1 AND deleted_at IS NULL AND ($2 = '' OR id < $2)
+		ORDER BY id DESC LIMIT $3`, projectID, page.Cursor, page.Limit+1)
+	if err != nil {
+		return nil, false, translate(err, "list endpoints")
+	}
+	list, err := collect(rows, scanEndpoint)
+	if err != nil {
+		return nil, false, translate(err, "list endpoints")
+	}
+	more := len(list) > page.Limit
+	if more {
+		list = list[:page.Limit]
+	}
+	return list, more, nil
+}
+
+// EndpointPatch holds the fields a PATCH changes; nil leaves one alone.
+type EndpointPatch struct {
+	URL                *string
+	Description        *string
+	EventTypes         *[]string
+	RateLimitPerSecond **int // non-nil pointer to nil: clear the limit
+	Status             *string
+	IfVersion          *int // when set, the change applies only at this version
+}
+
+// UpdateEndpoint applies p and bumps the version. A stale IfVersion returns
+// ErrVersionMismatch; an unknown id ErrNotFound.
+func (s *Store) UpdateEndpoint(ctx context.Context, projectID, id string, p EndpointPatch, now time.Time) (webhookd.Endpoint, error) {
+	var out webhookd.Endpoint
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		cur, err := scanEndpoint(tx.QueryRow(ctx, `SELECT `+endpointColumns+` FROM endpoints
+			WHERE id = $1 AND project_id = $2 AND deleted_at IS NULL FOR UPDATE`, id, projectID))
+		if err != nil {
+			return err
+		}
+		if p.IfVersion != nil && *p.IfVersion != cur.Version {
+			return &webhookd.Error{Code: webhookd.CodeVersionMismatch,
+				Message: "endpoint is at a different version; read it again and retry"}
+		}
+		if p.URL != nil {
+			cur.URL = *p.URL
+		}
+		if p.Description != nil {
+			cur.Description = *p.Description
+		}
+		if p.EventTypes != nil {
+			cur.EventTypes = *p.EventTypes
+		}
+		if p.RateLimitPerSecond != nil {
+			cur.RateLimitPerSecond = *p.RateLimitPerSecond
+		}
+		if p.Status != nil && *p.Status != cur.Status {
+			cur.Status = *p.Status
+			cur.DisabledReason = nil
+			if cur.Status == webhookd.EndpointDisabled {
+				reason := webhookd.DisabledManual
+				cur.DisabledReason = &reason
+			}
+		}
+		out, err = scanEndpoint(tx.QueryRow(ctx, `
+			UPDATE endpoints SET url = $3, description = $4, event_types = $5, rate_limit_per_second = $6,
+				status = $7, disabled_reason = $8, version = version + 1, updated_at = $9
+			WHERE id = $1 AND project_id = $2
+			RETURNING `+endpointColumns,
+			id, projectID, cur.URL, cur.Description, cur.EventTypes, cur.RateLimitPerSecond,
+			cur.Status, cur.DisabledReason, now))
+		return err
+	})
+	return out, translate(err, "endpoint")
+}
+
+// DeleteEndpoint removes an endpoint from the API. Its history stays for the
+// dashboard; deliveries still scheduled for it become endpoint_disabled dead
+// letters when their turn comes.
+func (s *Store) DeleteEndpoint(ctx context.Context, projectID, id string, now time.Time) error {
+	tag, err := s.q.Exec(ctx, `UPDATE endpoints SET deleted_at = $3, status = 'disabled',
+		disabled_reason = COALESCE(disabled_reason, 'manual'), updated_at = $3
+		WHERE id = $1 AND project_id = $2 AND deleted_at IS NULL`, id, projectID, now)
+	if err != nil {
+		return translate(err, "endpoint")
+	}
+	if tag.RowsAffected() == 0 {
+		return &webhookd.Error{Code: webhookd.CodeNotFound, Message: "endpoint not found"}
+	}
+	return nil
+}
+
+// RotateSecret makes secret the endpoint's current secret; the old one keeps
+// signing for SecretOverlap.
+func (s *Store) RotateSecret(ctx context.Context, projectID, id, secret string, now time.Time) (webhookd.Endpoint, error) {
+	row := s.q.QueryRow(ctx, `
+		UPDATE endpoints SET previous_secret = secret, previous_expires_at = $4, secret = $3, updated_at = $5
+		WHERE id = $1 AND project_id = $2 AND deleted_at IS NULL
+		RETURNING `+endpointColumns, id, projectID, secret, now.Add(SecretOverlap), now)
+	e, err := scanEndpoint(row)
+	return e, translate(err, "endpoint")
+}
+
+// collect scans every row with scan.
+func collect[T any](rows pgx.Rows, scan func(pgx.Row) (T, error)) ([]T, error) {
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,179 @@
+package storage
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/webhookd/webhookd"
+)
+
+// NewEvent is a validated event to ingest.
+type NewEvent struct {
+	Type        string
+	Data        json.RawMessage
+	ExternalID  *string
+	EndpointIDs []string // when set, deliver to these endpoints only
+}
+
+// CreateEvents writes the events and one pending delivery per matching
+// active endpoint, all or nothing. A taken external_id fails the whole call
+// with external_id_taken carrying the existing event's id; an unknown id in
+// EndpointIDs with validation_failed naming it (field prefixed by
+// fieldPrefix(i), e.g. "events[3]."). The deliveries are due at now.
+func (s *Store) CreateEvents(ctx context.Context, projectID string, evs []NewEvent, now time.Time, fieldPrefix func(int) string) ([]webhookd.Event, error) {
+	var out []webhookd.Event
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		targets, err := matchEndpoints(ctx, tx, projectID, evs, fieldPrefix)
+		if err != nil {
+			return err
+		}
+		out = make([]webhookd.Event, len(evs))
+		var (
+			ids, types, datas []string
+			extIDs            []*string
+			dIDs, dEvents     []string
+			dEndpoints, dType []string
+		)
+		for i, ev := range evs {
+			e := webhookd.Event{ID: newID(prefixEvent), ProjectID: projectID, Type: ev.Type, Data: ev.Data,
+				ExternalID: ev.ExternalID, CreatedAt: now, Deliveries: []webhookd.DeliveryRef{}}
+			ids, types, datas, extIDs = append(ids, e.ID), append(types, e.Type), append(datas, string(e.Data)), append(extIDs, e.ExternalID)
+			for _, ep := range targets[i] {
+				d := webhookd.DeliveryRef{ID: newID(prefixDelivery), EndpointID: ep, Status: webhookd.DeliveryPending}
+				e.Deliveries = append(e.Deliveries, d)
+				dIDs, dEvents, dEndpoints, dType = append(dIDs, d.ID), append(dEvents, e.ID), append(dEndpoints, ep), append(dType, e.Type)
+			}
+			out[i] = e
+		}
+		rows, err := tx.Query(ctx, `
+			INSERT INTO events (id, project_id, type, data, external_id, created_at)
+			SELECT id, $1, type, data::json, ext, $6
+			FROM unnest($2::text[], $3::text[], $4::text[], $5::text[]) AS t(id, type, data, ext)
+			ON CONFLICT (project_id, external_id) DO NOTHING
+			RETURNING id`, projectID, ids, types, datas, extIDs, now)
+		if err != nil {
+			return err
+		}
+		inserted, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return err
+		}
+		if len(inserted) != len(ids) {
+			return externalIDTaken(ctx, tx, projectID, evs, inserted, ids)
+		}
+		if len(dIDs) == 0 {
+			return nil
+		}
+		_, err = tx.Exec(ctx, `
+			INSERT INTO deliveries (id, project_id, event_id, endpoint_id, event_type, status, next_attempt_at, created_at, updated_at)
+			SELECT id, $1, ev, ep, typ, 'pending', $6, $6, $6
+			FROM unnest($2::text[], $3::text[], $4::text[], $5::text[]) AS t(id, ev, ep, typ)`,
+			projectID, dIDs, dEvents, dEndpoints, dType, now)
+		return err
+	})
+	if err != nil {
+		return nil, translate(err, "create events")
+	}
+	return out, nil
+}
+
+// matchEndpoints returns, per event, the ids of the endpoints it goes to:
+// the listed endpoint_ids that are active, else every active endpoint
+// subscribed to its type.
+func matchEndpoints(ctx context.Context, tx pgx.Tx, projectID string, evs []NewEvent, fieldPrefix func(int) string) ([][]string, error) {
+	var listed []string
+	for _, ev := range evs {
+		listed = append(listed, ev.EndpointIDs...)
+	}
+	type ep struct {
+		id     string
+		types  []string
+		active bool
+	}
+	rows, err := tx.Query(ctx, `SELECT id, event_types, status = 'active' FROM endpoints
+		WHERE project_id = $1 AND deleted_at IS NULL AND (status = 'active' OR id = ANY($2))
+		ORDER BY id`, projectID, listed)
+	if err != nil {
+		return nil, err
+	}
+	eps, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ep, error) {
+		var e ep
+		err := r.Scan(&e.id, &e.types, &e.active)
+		return e, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	byID := make(map[string]ep, len(eps))
+	for _, e := range eps {
+		byID[e.id] = e
+	}
+	out := make([][]string, len(evs))
+	for i, ev := range evs {
+		if ev.EndpointIDs != nil {
+			for j, id := range ev.EndpointIDs {
+				e, ok := byID[id]
+				if !ok {
+					return nil, webhookd.Invalid(fmt.Sprintf("%sendpoint_ids[%d]", fieldPrefix(i), j), "no such endpoint %q", id)
+				}
+				if e.active && !slices.Contains(out[i], id) {
+					out[i] = append(out[i], id)
+				}
+			}
+			continue
+		}
+		for _, e := range eps {
+			if e.active && (len(e.types) == 0 || slices.Contains(e.types, ev.Type)) {
+				out[i] = append(out[i], e.id)
+			}
+		}
+	}
+	return out, nil
+}
+
+// externalIDTaken builds the external_id_taken error for the first event
+// whose external_id already belonged to another event.
+func externalIDTaken(ctx context.Context, tx pgx.Tx, projectID string, evs []NewEvent, inserted, ids []string) error {
+	for i, ev := range evs {
+		if slices.Contains(inserted, ids[i]) || ev.ExternalID == nil {
+			continue
+		}
+		var existing string
+		err := tx.QueryRow(ctx, `SELECT id FROM events WHERE project_id = $1 AND external_id = $2`,
+			projectID, *ev.ExternalID).Scan(&existing)
+		if err != nil {
+			return err
+		}
+		return &webhookd.Error{Code: webhookd.CodeExternalIDTaken, ExistingID: existing,
+			Message: fmt.Sprintf("an event with external_id %q exists already", *ev.ExternalID)}
+	}
+	return fmt.Errorf("events insert: %d of %d rows written", len(inserted), len(ids))
+}
+
+// GetEvent returns an event of the project with its deliveries.
+func (s *Store) GetEvent(ctx context.Context, projectID, id string) (webhookd.Event, error) {
+	var e webhookd.Event
+	err := s.q.QueryRow(ctx, `SELECT id, project_id, type, data, external_id, created_at FROM events
+		WHERE id = $1 AND project_id = $2`, id, projectID).Scan(&e.ID, &e.ProjectID, &e.Type, &e.Data, &e.ExternalID, &e.CreatedAt)
+	if err != nil {
+		return e, translate(err, "event")
+	}
+	rows, err := s.q.Query(ctx, `SELECT id, endpoint_id, status FROM deliveries WHERE event_id = $1 ORDER BY id`, id)
+	if err != nil {
+		return e, translate(err, "event deliveries")
+	}
+	e.Deliveries, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (webhookd.DeliveryRef, error) {
+		var d webhookd.DeliveryRef
+		err := r.Scan(&d.ID, &d.EndpointID, &d.Status)
+		return d, err
+	})
+	if e.Deliveries == nil {
+		e.Deliveries = []webhookd.DeliveryRef{}
+	}
+	return e, translate(err, "event deliveries")
+}

@@ -1,0 +1,151 @@
+package storage
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/webhookd/webhookd"
+)
+
+// IdempotencyKey scopes one guarded request.
+type IdempotencyKey struct {
+	ProjectID   string
+	Key         string
+	Fingerprint [32]byte      // SHA-256 of method + path + body
+	TTL         time.Duration // how long the record is kept
+}
+
+// StoredResponse is the response remembered for an Idempotency-Key.
+type StoredResponse struct {
+	StatusCode  int
+	ContentType string
+	Body        []byte
+}
+
+// remembered reports whether SPEC §2 keeps this status: 2xx and 4xx but 429.
+func (r StoredResponse) remembered() bool {
+	return r.StatusCode >= 200 && r.StatusCode < 500 && r.StatusCode != 429
+}
+
+// WithIdempotency runs fn at most once per (project, key) and remembers its
+// response in the same transaction as the work fn does through its Store.
+//
+// The record is inserted first in that transaction, so a concurrent repeat
+// blocks on its row until the first commits (it then replays the stored
+// response) or rolls back (it then runs anew). A repeat waits at most wait,
+// then fails with idempotency_key_in_progress. A repeat with another
+// fingerprint fails with idempotency_key_mismatch. A 4xx response is
+// remembered but the work fn did is rolled back; a 429 or 5xx response, or an
+// error from fn, rolls back everything and releases the key.
+//
+// replayed is true when the response is a stored one.
+func (db *DB) WithIdempotency(ctx context.Context, k IdempotencyKey, now time.Time, wait time.Duration,
+	fn func(s *Store) (StoredResponse, error)) (resp StoredResponse, replayed bool, err error) {
+	for range 3 {
+		resp, replayed, err = db.tryIdempotent(ctx, k, now, wait, fn)
+		if !errors.Is(err, errRecordVanished) {
+			return resp, replayed, err
+		}
+	}
+	return resp, replayed, err
+}
+
+var errRecordVanished = errors.New("idempotency record vanished between conflict and read")
+
+func (db *DB) tryIdempotent(ctx context.Context, k IdempotencyKey, now time.Time, wait time.Duration,
+	fn func(s *Store) (StoredResponse, error)) (StoredResponse, bool, error) {
+	tx, err := db.pool.Begin(ctx)
+	if err != nil {
+		return StoredResponse{}, false, fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+
+	waitMS := max(wait.Milliseconds(), 1)
+	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", waitMS)); err != nil {
+		return StoredResponse{}, false, fmt.Errorf("set lock timeout: %w", err)
+	}
+	var mine bool
+	err = tx.QueryRow(ctx, `
+		INSERT INTO idempotency_records (project_id, key, fingerprint, created_at, expires_at)
+		VALUES ($1, $2, $3, $4, $5)
+		ON CONFLICT (project_id, key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint,
+			status_code = NULL, content_type = NULL, response_body = NULL,
+			created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
+		WHERE idempotency_records.expires_at <= EXCLUDED.created_at
+		RETURNING true`, k.ProjectID, k.Key, k.Fingerprint[:], now, now.Add(k.TTL)).Scan(&mine)
+	switch code, _ := pgCode(err); {
+	case code == "55P03": // lock_not_available: the first request is still running
+		return StoredResponse{}, false, &webhookd.Error{Code: webhookd.CodeIdempotencyKeyInProgress,
+			Message: "a request with this Idempotency-Key is still in progress; retry later"}
+	case errors.Is(err, pgx.ErrNoRows):
+		tx.Rollback(ctx)
+		return db.storedResponse(ctx, k)
+	case err != nil:
+		return StoredResponse{}, false, fmt.Errorf("claim idempotency key: %w", err)
+	}
+	if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = 0"); err != nil {
+		return StoredResponse{}, false, fmt.Errorf("reset lock timeout: %w", err)
+	}
+
+	work, err := tx.Begin(ctx) // a savepoint: a 4xx undoes the work but keeps the record
+	if err != nil {
+		return StoredResponse{}, false, fmt.Errorf("savepoint: %w", err)
+	}
+	resp, err := fn(&Store{q: work})
+	if err != nil || !resp.remembered() {
+		return resp, false, err
+	}
+	if resp.StatusCode >= 400 {
+		err = work.Rollback(ctx)
+	} else {
+		err = work.Commit(ctx)
+	}
+	if err != nil {
+		return StoredResponse{}, false, fmt.Errorf("release savepoint: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE idempotency_records SET status_code = $3, content_type = $4, response_body = $5
+		WHERE project_id = $1 AND key = $2`, k.ProjectID, k.Key, resp.StatusCode, resp.ContentType, resp.Body); err != nil {
+		return StoredResponse{}, false, fmt.Errorf("store idempotent response: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return StoredResponse{}, false, fmt.Errorf("commit: %w", err)
+	}
+	return resp, false, nil
+}
+
+// storedResponse reads a committed record and checks its fingerprint.
+func (db *DB) storedResponse(ctx context.Context, k IdempotencyKey) (StoredResponse, bool, error) {
+	var (
+		fp   []byte
+		resp StoredResponse
+	)
+	err := db.pool.QueryRow(ctx, `SELECT fingerprint, status_code, content_type, response_body
+		FROM idempotency_records WHERE project_id = $1 AND key = $2`, k.ProjectID, k.Key,
+	).Scan(&fp, &resp.StatusCode, &resp.ContentType, &resp.Body)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return StoredResponse{}, false, errRecordVanished
+	}
+	if err != nil {
+		return StoredResponse{}, false, fmt.Errorf("read idempotency record: %w", err)
+	}
+	if !bytes.Equal(fp, k.Fingerprint[:]) {
+		return StoredResponse{}, false, &webhookd.Error{Code: webhookd.CodeIdempotencyKeyMismatch,
+			Message: "this Idempotency-Key was used with a different request; use a new key for a new request"}
+	}
+	return resp, true, nil
+}
+
+// PurgeIdempotencyRecords deletes records that expired before now and
+// returns how many went.
+func (s *Store) PurgeIdempotencyRecords(ctx context.Context, now time.Time) (int64, error) {
+	tag, err := s.q.Exec(ctx, `DELETE FROM idempotency_records WHERE expires_at <= $1`, now)
+	if err != nil {
+		return 0, fmt.Errorf("purge idempotency records: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}

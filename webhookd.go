@@ -1,0 +1,194 @@
+// Package webhookd holds the domain of the webhook delivery service: events,
+// endpoints, deliveries, attempts and dead letters, their states, the
+// application error type, and the few interfaces the parts meet at.
+//
+// It imports only the standard library; storage/, api/, dispatcher/ and the
+// rest depend on it, and cmd/webhookd wires them together.
+package webhookd
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// Version is sent as webhookd/<Version> in the User-Agent of every delivery.
+var Version = "0.1.0"
+
+// Delivery states (SPEC §2 "Resource shapes").
+const (
+	DeliveryPending    = "pending"     // waiting for its first attempt
+	DeliveryRetrying   = "retrying"    // failed at least once, another attempt scheduled
+	DeliverySucceeded  = "succeeded"   // a 2xx arrived; no more attempts
+	DeliveryDeadLetter = "dead_letter" // parked in the dead-letter table
+)
+
+// Endpoint states and the reasons an endpoint is disabled.
+const (
+	EndpointActive   = "active"
+	EndpointDisabled = "disabled"
+
+	DisabledManual = "manual" // disabled by a person (PATCH or dashboard)
+	DisabledGone   = "gone"   // the receiver answered 410 Gone
+)
+
+// Dead-letter reasons (SPEC §4).
+const (
+	ReasonExhausted        = "exhausted"
+	ReasonClientError      = "client_error"
+	ReasonRedirect         = "redirect"
+	ReasonEndpointDisabled = "endpoint_disabled"
+)
+
+// Attempt triggers (SPEC §3).
+const (
+	TriggerAuto      = "auto"
+	TriggerManual    = "manual"
+	TriggerTest      = "test"
+	TriggerInspector = "inspector"
+)
+
+// Job kinds and states.
+const (
+	JobDeadLetterReplay = "dead_letter_replay"
+
+	JobQueued    = "queued"
+	JobRunning   = "running"
+	JobSucceeded = "succeeded"
+	JobFailed    = "failed"
+)
+
+// TestEventType is the type of the event POST /v1/endpoints/{id}/test sends.
+const TestEventType = "webhookd.test"
+
+// Project is a tenant: every key, endpoint and event belongs to one.
+type Project struct {
+	ID                 string
+	Name               string
+	RateLimitPerMinute int           // API requests per minute, shared by all serve processes
+	IdempotencyTTL     time.Duration // how long Idempotency-Key records are kept (≤ 72 h)
+	CreatedAt          time.Time
+}
+
+// Endpoint is a subscriber's URL with its filter and signing secrets.
+type Endpoint struct {
+	ID                 string
+	ProjectID          string
+	URL                string
+	Description        string
+	EventTypes         []string // empty: every type
+	Status             string   // EndpointActive or EndpointDisabled
+	DisabledReason     *string  // nil while active
+	RateLimitPerSecond *int     // nil: unlimited
+	Secret             string   // whsec_ + base64
+	PreviousSecret     *string  // still signs until PreviousExpiresAt
+	PreviousExpiresAt  *time.Time
+	Version            int
+	CreatedAt          time.Time
+	UpdatedAt          time.Time
+}
+
+// Event is one accepted event with the deliveries it fanned out to.
+type Event struct {
+	ID         string
+	ProjectID  string
+	Type       string
+	Data       json.RawMessage
+	ExternalID *string
+	CreatedAt  time.Time
+	Deliveries []DeliveryRef
+}
+
+// DeliveryRef is the short form of a delivery listed with its event.
+type DeliveryRef struct {
+	ID         string
+	EndpointID string
+	Status     string
+}
+
+// Delivery is one event × endpoint pair and where it stands.
+type Delivery struct {
+	ID             string
+	ProjectID      string
+	EventID        string
+	EndpointID     string
+	EventType      string
+	Status         string
+	AttemptsCount  int
+	NextAttemptAt  *time.Time
+	LastStatusCode *int
+	LastError      *string
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+	Attempts       []Attempt // filled only where asked for, oldest first
+}
+
+// Attempt is one HTTP request made for a delivery, as logged.
+type Attempt struct {
+	DeliveryID      string
+	Number          int
+	RequestID       string
+	URL             string
+	Trigger         string
+	StatusCode      *int
+	Error           *string
+	DurationMS      int64
+	StartedAt       time.Time
+	RequestHeaders  map[string]string
+	ResponseHeaders map[string]string
+	ResponseBody    string // the first 8 KiB, as text
+}
+
+// DeadLetter records a delivery that will not be retried on its own.
+type DeadLetter struct {
+	ID             string
+	ProjectID      string
+	DeliveryID     string
+	EventID        string
+	EndpointID     string
+	EventType      string
+	Reason         string
+	LastStatusCode *int
+	DeadLetteredAt time.Time
+	ReplayedAt     *time.Time
+	ReplayedBy     *string
+}
+
+// Job is a background job with its progress.
+type Job struct {
+	ID          string
+	ProjectID   string
+	Kind        string
+	Status      string
+	Total       int
+	Done        int
+	FailedCount int
+	CreatedAt   time.Time
+	FinishedAt  *time.Time
+}
+
+// Enqueuer hands committed deliveries to the queue. The queue is only a
+// schedule: PostgreSQL stays the authority, and a reconciler re-enqueues
+// whatever an Enqueuer failed to hand over.
+type Enqueuer interface {
+	// Enqueue schedules the deliveries for an attempt at their time. An id
+	// already queued is not an error.
+	Enqueue(ctx context.Context, deliveries ...ScheduledDelivery) error
+}
+
+// ScheduledDelivery names a delivery and when it is due.
+type ScheduledDelivery struct {
+	ID    string
+	DueAt time.Time
+}
+
+// Clock tells the time; tests inject their own.
+type Clock interface {
+	Now() time.Time
+}
+
+// SystemClock is the Clock of the running service.
+type SystemClock struct{}
+
+// Now returns the current time in UTC.
+func (SystemClock) Now() time.Time { return time.Now().UTC() }
