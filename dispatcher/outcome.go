@@ -1,0 +1,83 @@
+package dispatcher
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/webhookd/webhookd"
+)
+
+// Response is what one attempt got back. Err is set when there was no
+// response at all (connect, DNS or TLS error, timeout, blocked address);
+// then StatusCode and Header are ignored.
+type Response struct {
+	StatusCode int
+	Header     http.Header
+	Err        error
+}
+
+// Outcome is what happens to a delivery after an attempt.
+type Outcome struct {
+	Status          string    // webhookd.DeliverySucceeded, DeliveryRetrying or DeliveryDeadLetter
+	NextAttemptAt   time.Time // set when Status is DeliveryRetrying
+	Reason          string    // dead-letter reason when Status is DeliveryDeadLetter
+	DisableEndpoint bool      // the receiver answered 410 Gone (disabled_reason: gone)
+}
+
+// Classify applies the outcome table of SPEC §3 to attempt number attempt
+// (1-based) that ended at now:
+//
+//   - 2xx: succeeded.
+//   - 5xx, no response, 1xx or any other odd status: retry on the schedule.
+//   - 429 or 503 with a valid Retry-After: retry at now + Retry-After
+//     (rounded up to whole seconds, capped at 24 h) instead of the
+//     schedule's delay; otherwise as above.
+//   - 3xx (redirects are not followed): dead letter, reason redirect.
+//   - other 4xx: dead letter, reason client_error; 410 also disables the
+//     endpoint.
+//
+// A retry called for after the schedule's last attempt
+// (attempt >= schedule.MaxAttempts()) is a dead letter with reason
+// exhausted.
+func Classify(now time.Time, attempt int, schedule Schedule, r Response) Outcome {
+	code := r.StatusCode
+	switch {
+	case r.Err != nil:
+		return retry(now, attempt, schedule, nil)
+	case code >= 200 && code <= 299:
+		return Outcome{Status: webhookd.DeliverySucceeded}
+	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
+		if d, ok := ParseRetryAfter(r.Header.Get("Retry-After"), now); ok {
+			return retry(now, attempt, schedule, &d)
+		}
+		return retry(now, attempt, schedule, nil)
+	case code >= 300 && code <= 399:
+		return deadLetter(webhookd.ReasonRedirect)
+	case code >= 400 && code <= 499:
+		out := deadLetter(webhookd.ReasonClientError)
+		out.DisableEndpoint = code == http.StatusGone
+		return out
+	default: // 5xx, 1xx and anything odd
+		return retry(now, attempt, schedule, nil)
+	}
+}
+
+// retry schedules the next attempt after delay, or after the schedule's
+// delay when delay is nil, unless the attempts are used up.
+func retry(now time.Time, attempt int, schedule Schedule, delay *time.Duration) Outcome {
+	if attempt >= schedule.MaxAttempts() {
+		return deadLetter(webhookd.ReasonExhausted)
+	}
+	d, ok := schedule.Delay(attempt)
+	if !ok {
+		return deadLetter(webhookd.ReasonExhausted)
+	}
+	if delay != nil {
+		d = *delay
+	}
+	return Outcome{Status: webhookd.DeliveryRetrying, NextAttemptAt: now.Add(d)}
+}
+
+func deadLetter(reason string) Outcome {
+	return Outcome{Status: webhookd.DeliveryDeadLetter, Reason: reason}
+}
