@@ -217,3 +217,4 @@ func (h *harness) createEndpoint(body map[string]any) map[string]any {
 	expectStatus(h.t, r, http.StatusCreated)
 	return r.json(h.t)
 }
+

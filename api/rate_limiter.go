@@ -25,7 +25,14 @@ type rateLimiter struct {
 	failOpen prometheus.Counter
 	down     atomic.Bool
 	lastLog  atomic.Int64 // unix seconds of the last fail-open log line
+	// probeAt is when (unix nanoseconds) Redis may be asked again after a
+	// failure; until then requests fail open at once instead of each
+	// waiting for a dead Redis.
+	probeAt atomic.Int64
 }
+
+// probeInterval is how often a failing limiter tries Redis again.
+const probeInterval = time.Second
 
 func newRateLimiter(rdb redis.UniversalClient, prefix string, timeout time.Duration, log *slog.Logger, reg prometheus.Registerer) (*rateLimiter, error) {
 	l := &rateLimiter{lim: redis_rate.NewLimiter(rdb), prefix: prefix, timeout: timeout, log: log,
@@ -49,16 +56,22 @@ type rateResult struct {
 }
 
 func (l *rateLimiter) allow(ctx context.Context, key string, perMinute int, now time.Time) rateResult {
+	open := rateResult{allowed: true, limit: perMinute, remaining: perMinute, reset: now.Add(time.Minute)}
+	if time.Now().UnixNano() < l.probeAt.Load() {
+		l.failOpen.Inc()
+		return open
+	}
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
 	res, err := l.lim.Allow(ctx, l.prefix+key, redis_rate.PerMinute(perMinute))
 	if err != nil {
+		l.probeAt.Store(time.Now().Add(probeInterval).UnixNano())
 		l.down.Store(true)
 		l.failOpen.Inc()
 		if last := l.lastLog.Load(); now.Unix()-last >= 10 && l.lastLog.CompareAndSwap(last, now.Unix()) {
 			l.log.Warn("rate limiter cannot reach redis; letting requests through unlimited", "err", err)
 		}
-		return rateResult{allowed: true, limit: perMinute, remaining: perMinute, reset: now.Add(time.Minute)}
+		return open
 	}
 	l.down.Store(false)
 	out := rateResult{allowed: res.Allowed > 0, limit: perMinute, remaining: res.Remaining,

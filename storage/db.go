@@ -9,6 +9,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io/fs"
 
 	"github.com/jackc/pgx/v5"
@@ -79,7 +80,16 @@ func (db *DB) Migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	locker, err := lock.NewPostgresSessionLocker()
+	// One lock per schema: two processes migrating one schema take turns,
+	// while tests in schemas of their own do not wait on each other.
+	var schema string
+	if err := db.pool.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
+		return fmt.Errorf("migration schema: %w", err)
+	}
+	h := fnv.New64a()
+	h.Write([]byte(schema))
+	locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(lock.DefaultLockID^int64(h.Sum64()>>1)),
+		lock.WithLockTimeout(1, 300))
 	if err != nil {
 		return fmt.Errorf("migration lock: %w", err)
 	}

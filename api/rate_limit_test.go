@@ -1,0 +1,167 @@
+package api_test
+
+import (
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/webhookd/webhookd/api"
+	"github.com/webhookd/webhookd/storage"
+)
+
+// checkRateHeaders asserts the three X-RateLimit headers are present and sane.
+func checkRateHeaders(t *testing.T, r response, limit int) {
+	t.Helper()
+	if got := r.header.Get("X-RateLimit-Limit"); got != strconv.Itoa(limit) {
+		t.Errorf("X-RateLimit-Limit %q, want %d (status %d)", got, limit, r.status)
+	}
+	rem, err := strconv.Atoi(r.header.Get("X-RateLimit-Remaining"))
+	if err != nil || rem < 0 || rem > limit {
+		t.Errorf("X-RateLimit-Remaining %q out of range", r.header.Get("X-RateLimit-Remaining"))
+	}
+	reset, err := strconv.ParseInt(r.header.Get("X-RateLimit-Reset"), 10, 64)
+	now := time.Now().Unix()
+	if err != nil || reset < now-1 || reset > now+61 {
+		t.Errorf("X-RateLimit-Reset %q is not a Unix time within the next minute", r.header.Get("X-RateLimit-Reset"))
+	}
+	if r.header.Get("X-Request-Id") == "" || !strings.HasPrefix(r.header.Get("X-Request-Id"), "req_") {
+		t.Errorf("X-Request-Id %q", r.header.Get("X-Request-Id"))
+	}
+}
+
+func TestRateLimitHeadersOnEveryResponse(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	cases := []struct {
+		name   string
+		r      req
+		status int
+	}{
+		{"accepted", req{method: "POST", path: "/v1/events", body: eventBody, idem: "a"}, 202},
+		{"validation error", req{method: "POST", path: "/v1/events", body: `{"type":""}`, idem: "b"}, 400},
+		{"no key header", req{method: "POST", path: "/v1/events", body: eventBody}, 400},
+		{"not found", req{method: "GET", path: "/v1/events/evt_nope"}, 404},
+		{"unknown route", req{method: "GET", path: "/v2/whatever"}, 404},
+		{"list", req{method: "GET", path: "/v1/endpoints"}, 200},
+	}
+	for _, c := range cases {
+		r := h.do(c.r)
+		expectStatus(t, r, c.status)
+		checkRateHeaders(t, r, storage.DefaultRateLimitPerMinute)
+	}
+	r := h.do(req{method: "GET", path: "/v1/endpoints", key: "whk_wrong"})
+	expectStatus(t, r, http.StatusUnauthorized)
+	checkRateHeaders(t, r, storage.DefaultRateLimitPerMinute)
+}
+
+func TestRateLimitRefusesOverLimit(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	key := h.newKey("small", storage.ProjectPlan{RateLimitPerMinute: 3})
+	for i := range 3 {
+		r := h.do(req{method: "GET", path: "/v1/endpoints", key: key})
+		expectStatus(t, r, http.StatusOK)
+		if got := r.header.Get("X-RateLimit-Remaining"); got != strconv.Itoa(2-i) {
+			t.Fatalf("request %d: Remaining %q, want %d", i, got, 2-i)
+		}
+	}
+	r := h.do(req{method: "POST", path: "/v1/events", body: eventBody, idem: "over", key: key})
+	expectStatus(t, r, http.StatusTooManyRequests)
+	if got := r.errorCode(t); got != "rate_limited" {
+		t.Fatalf("code %q", got)
+	}
+	checkRateHeaders(t, r, 3)
+	ra, err := strconv.Atoi(r.header.Get("Retry-After"))
+	if err != nil || ra < 1 || ra > 60 {
+		t.Fatalf("Retry-After %q, want whole seconds in 1..60", r.header.Get("Retry-After"))
+	}
+	if r.header.Get("X-RateLimit-Remaining") != "0" {
+		t.Fatalf("Remaining %q on a 429", r.header.Get("X-RateLimit-Remaining"))
+	}
+	if n := h.count("events"); n != 0 {
+		t.Fatal("a rate-limited request wrote an event")
+	}
+	// Another project is not affected.
+	expectStatus(t, h.do(req{method: "GET", path: "/v1/endpoints"}), http.StatusOK)
+}
+
+func TestRateLimitSharedByTwoServers(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	second := h.newServer(func(*api.Config) {})
+	key := h.newKey("shared", storage.ProjectPlan{RateLimitPerMinute: 4})
+	for i := range 4 {
+		srv := h.srv
+		if i%2 == 1 {
+			srv = second
+		}
+		expectStatus(t, h.do(req{method: "GET", path: "/v1/endpoints", key: key, server: srv}), http.StatusOK)
+	}
+	for _, srv := range []*httptest.Server{h.srv, second} {
+		expectStatus(t, h.do(req{method: "GET", path: "/v1/endpoints", key: key, server: srv}), http.StatusTooManyRequests)
+	}
+}
+
+func TestRateLimitFailsOpenWithoutRedis(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	// A Redis address where nothing listens.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	dead := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	t.Cleanup(func() { dead.Close() })
+	reg := prometheus.NewRegistry()
+	srv, err := api.New(api.Config{DB: h.db, Redis: dead, Clock: h.clock, Metrics: reg,
+		Logger: slog.New(slog.NewTextHandler(h.logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := httptest.NewServer(srv)
+	t.Cleanup(down.Close)
+	key := h.newKey("tiny", storage.ProjectPlan{RateLimitPerMinute: 1})
+	for i := range 3 {
+		r := h.do(req{method: "POST", path: "/v1/events", body: eventBody, idem: "open-" + strconv.Itoa(i), key: key, server: down})
+		expectStatus(t, r, http.StatusAccepted)
+		checkRateHeaders(t, r, 1)
+	}
+	if n := h.count("events"); n != 3 {
+		t.Fatalf("%d events, want 3", n)
+	}
+	if !strings.Contains(h.logs.String(), "rate limiter cannot reach redis") {
+		t.Fatalf("no log line says the limiter is failing open:\n%s", h.logs.String())
+	}
+	if !srv.RedisDegraded() {
+		t.Fatal("the server does not report Redis as degraded")
+	}
+	if v := metricValue(t, reg, "webhookd_api_ratelimit_fail_open_total"); v < 3 {
+		t.Fatalf("fail-open metric %v, want at least 3", v)
+	}
+}
+
+// metricValue reads a counter's value out of reg.
+func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}

@@ -1,0 +1,70 @@
+package storage_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/webhookd/webhookd/internal/testenv"
+	"github.com/webhookd/webhookd/storage"
+)
+
+func TestMigrateTwiceAndConcurrently(t *testing.T) {
+	t.Parallel()
+	name, _ := testenv.Schema(t)
+	ctx := context.Background()
+	open := func() *storage.DB {
+		db, err := storage.Open(ctx, storage.Config{URL: testenv.DatabaseURL(), SearchPath: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(db.Close)
+		return db
+	}
+	a, b := open(), open() // two "processes"
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i, db := range []*storage.DB{a, b} {
+		wg.Go(func() { errs[i] = db.Migrate(ctx) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("migration %d: %v", i, err)
+		}
+	}
+	if err := a.Migrate(ctx); err != nil {
+		t.Fatalf("rerun: %v", err)
+	}
+	var tables int
+	err := a.Pool().QueryRow(ctx, `SELECT count(*) FROM information_schema.tables
+		WHERE table_schema = $1 AND table_name IN ('projects','api_keys','endpoints','events','deliveries',
+		'attempts','dead_letters','idempotency_records','jobs')`, name).Scan(&tables)
+	if err != nil || tables != 9 {
+		t.Fatalf("%d of 9 tables (%v)", tables, err)
+	}
+}
+
+func TestConstraintsRefuseImpossibleStates(t *testing.T) {
+	t.Parallel()
+	db := testenv.DB(t)
+	ctx := context.Background()
+	store := db.Store()
+	_, p, err := store.CreateAPIKey(ctx, "p", storage.ProjectPlan{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := []struct{ name, sql string }{
+		{"endpoint with a bad status", `INSERT INTO endpoints (id, project_id, url, secret, status) VALUES ('ep_1', '` + p.ID + `', 'http://x', 'whsec_a', 'paused')`},
+		{"disabled endpoint without a reason", `INSERT INTO endpoints (id, project_id, url, secret, status) VALUES ('ep_2', '` + p.ID + `', 'http://x', 'whsec_a', 'disabled')`},
+		{"non-http url", `INSERT INTO endpoints (id, project_id, url, secret) VALUES ('ep_3', '` + p.ID + `', 'ftp://x', 'whsec_a')`},
+		{"event with a bad type", `INSERT INTO events (id, project_id, type, data) VALUES ('evt_1', '` + p.ID + `', 'a b', '1')`},
+		{"idempotency record of a 500", `INSERT INTO idempotency_records VALUES ('` + p.ID + `', 'k', decode(repeat('00', 32), 'hex'), 500, null, null, now(), now() + interval '1h')`},
+		{"idempotency ttl above 72h", `UPDATE projects SET idempotency_ttl_seconds = 300000`},
+	}
+	for _, c := range bad {
+		if _, err := db.Pool().Exec(ctx, c.sql); err == nil {
+			t.Errorf("%s: accepted", c.name)
+		}
+	}
+}
