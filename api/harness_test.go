@@ -59,7 +59,7 @@ func (b *syncBuffer) String() string {
 
 // harness is an API server on a real PostgreSQL schema and Redis database.
 type harness struct {
-	t        *testing.T
+	t        testing.TB
 	db       *storage.DB
 	redis    *redis.Client
 	clock    *clock
@@ -71,7 +71,7 @@ type harness struct {
 
 type option func(*api.Config)
 
-func newHarness(t *testing.T, opts ...option) *harness {
+func newHarness(t testing.TB, opts ...option) *harness {
 	t.Helper()
 	db := testenv.DB(t)
 	rdb, _ := testenv.Redis(t)
@@ -118,7 +118,7 @@ type response struct {
 	body   []byte
 }
 
-func (r response) json(t *testing.T) map[string]any {
+func (r response) json(t testing.TB) map[string]any {
 	t.Helper()
 	var m map[string]any
 	if err := json.Unmarshal(r.body, &m); err != nil {
@@ -203,7 +203,7 @@ func (h *harness) count(table string) int {
 	return n
 }
 
-func expectStatus(t *testing.T, r response, want int) {
+func expectStatus(t testing.TB, r response, want int) {
 	t.Helper()
 	if r.status != want {
 		t.Fatalf("status %d, want %d; body %s", r.status, want, r.body)
@@ -217,4 +217,3 @@ func (h *harness) createEndpoint(body map[string]any) map[string]any {
 	expectStatus(h.t, r, http.StatusCreated)
 	return r.json(h.t)
 }
-

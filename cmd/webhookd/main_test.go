@@ -1,0 +1,106 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/webhookd/webhookd/internal/testenv"
+	"github.com/webhookd/webhookd/storage"
+)
+
+// env returns a getenv that answers from m, then nothing.
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func TestMigrateAndKeysCreate(t *testing.T) {
+	t.Parallel()
+	_, dbURL := testenv.Schema(t)
+	_, redisURL := testenv.Redis(t)
+	vars := map[string]string{"WEBHOOKD_DATABASE_URL": dbURL, "WEBHOOKD_REDIS_URL": redisURL}
+	ctx := context.Background()
+	for range 2 { // migrate is safe to rerun
+		if err := run(ctx, []string{"migrate"}, env(vars), io.Discard, io.Discard); err != nil {
+			t.Fatalf("migrate: %v", err)
+		}
+	}
+	var out, logs bytes.Buffer
+	err := run(ctx, []string{"keys", "create", "--project", "acme", "--rate-limit", "100", "--idempotency-ttl", "48h"}, env(vars), &out, &logs)
+	if err != nil {
+		t.Fatalf("keys create: %v (%s)", err, logs.String())
+	}
+	if !regexp.MustCompile(`^whk_[A-Za-z0-9_-]{43}\n$`).MatchString(out.String()) {
+		t.Fatalf("stdout %q: want the key alone on one line", out.String())
+	}
+
+	// Bad input is refused with a clear error and changes nothing.
+	for _, args := range [][]string{
+		{"keys", "create"},
+		{"keys", "create", "--project", "acme", "--idempotency-ttl", "73h"},
+		{"keys", "create", "--project", "acme", "--rate-limit", "-1"},
+		{"keys", "list"},
+		{"frobnicate"},
+	} {
+		var out bytes.Buffer
+		if err := run(ctx, args, env(vars), &out, io.Discard); err == nil || out.Len() != 0 {
+			t.Errorf("%v: err %v, stdout %q; want an error and no output", args, err, out.String())
+		}
+	}
+	vars["WEBHOOKD_CONNECT_TIMEOUT"] = "soon"
+	if err := run(ctx, []string{"migrate"}, env(vars), io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "WEBHOOKD_CONNECT_TIMEOUT") {
+		t.Fatalf("a bad variable was not named: %v", err)
+	}
+}
+
+func TestServeAcceptsAnEvent(t *testing.T) {
+	t.Parallel()
+	name, _ := testenv.Schema(t)
+	_, redisURL := testenv.Redis(t)
+	cfg := DefaultConfig()
+	cfg.DatabaseURL, cfg.RedisURL = testenv.DatabaseURL(), redisURL
+	cfg.APIAddr, cfg.DashboardAddr = "127.0.0.1:0", "127.0.0.1:0"
+	m := NewMain(cfg, io.Discard)
+	m.SearchPath = name
+	t.Cleanup(m.Close)
+	ctx := context.Background()
+	if err := m.OpenDB(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.DB.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	key, _, err := m.DB.Store().CreateAPIKey(ctx, "e2e", storage.ProjectPlan{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Start(ctx, Roles{API: true, Ops: true}); err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("POST", "http://"+m.APIAddr+"/v1/events", strings.NewReader(`{"type":"a.b","data":{}}`))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Idempotency-Key", "k1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	for path, want := range map[string]int{"/healthz": 200, "/readyz": 200, "/metrics": 200} {
+		resp, err := http.Get("http://" + m.OpsAddr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("%s: %d", path, resp.StatusCode)
+		}
+	}
+	if err := m.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
