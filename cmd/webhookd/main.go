@@ -23,6 +23,7 @@ const usage = `webhookd — durable webhook delivery
 Usage:
   webhookd all       API, worker and dashboard in one process
   webhookd serve     the public API only
+  webhookd worker    deliveries, retries, the reconciler and background jobs
   webhookd migrate   apply database migrations (safe to rerun)
   webhookd keys create --project NAME [--rate-limit N] [--idempotency-ttl 24h]
                      create an API key (and the project if new); prints the key alone
@@ -95,8 +96,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		fmt.Fprintln(stdout, key)
 		return nil
-	case "serve", "all":
-		roles := Roles{API: true, Ops: cmd == "all"}
+	case "serve", "worker", "all":
+		roles := Roles{API: cmd != "worker", Worker: cmd != "serve", Ops: cmd == "all"}
 		if err := m.Start(ctx, roles); err != nil {
 			return err
 		}
@@ -106,6 +107,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return m.Shutdown(shutdown)
 	default:
 		fmt.Fprint(stderr, usage)
-		return fmt.Errorf("unknown command %q (want one of %s)", cmd, strings.Join([]string{"all", "serve", "migrate", "keys create"}, ", "))
+		return fmt.Errorf("unknown command %q (want one of %s)", cmd, strings.Join([]string{"all", "serve", "worker", "migrate", "keys create"}, ", "))
 	}
 }

@@ -16,13 +16,15 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/webhookd/webhookd/api"
+	"github.com/webhookd/webhookd/dispatcher"
 	"github.com/webhookd/webhookd/storage"
 )
 
 // Roles says which parts a process runs.
 type Roles struct {
-	API bool // the public API on APIAddr
-	Ops bool // /healthz, /readyz and /metrics on DashboardAddr
+	API    bool // the public API on APIAddr
+	Worker bool // deliveries, the reconciler and background jobs
+	Ops    bool // /healthz, /readyz and /metrics on DashboardAddr
 }
 
 // Main is one webhookd process: its configuration, connections and
@@ -39,6 +41,8 @@ type Main struct {
 	SearchPath string
 
 	API     *api.Server
+	Worker  *dispatcher.Worker
+	Queue   *dispatcher.Queue
 	APIAddr string // the API's bound address once started
 	OpsAddr string // the ops listener's bound address once started
 
@@ -92,8 +96,26 @@ func (m *Main) Start(ctx context.Context, roles Roles) error {
 	if err := m.OpenRedis(); err != nil {
 		return err
 	}
+	schedule, err := dispatcher.ParseSchedule(m.Config.RetrySchedule)
+	if err != nil {
+		return fmt.Errorf("WEBHOOKD_RETRY_SCHEDULE: %w", err)
+	}
+	wcfg := dispatcher.Config{DB: m.DB, Redis: m.Redis, Schedule: schedule, Concurrency: m.Config.WorkerConcurrency,
+		HTTP: dispatcher.HTTPConfig{ConnectTimeout: m.Config.ConnectTimeout, ResponseTimeout: m.Config.ResponseTimeout,
+			AllowPrivateNetworks: m.Config.AllowPrivateNetworks},
+		Logger: m.Logger, Metrics: m.Registry}
+	m.Queue = dispatcher.NewQueue(m.Redis, wcfg.Queue, wcfg.WithDefaults().TaskTimeout())
+	if roles.Worker {
+		if m.Worker, err = dispatcher.NewWorker(wcfg); err != nil {
+			return err
+		}
+		if err := m.Worker.Start(ctx); err != nil {
+			return err
+		}
+		m.Logger.Info("worker started", "concurrency", m.Config.WorkerConcurrency, "schedule", m.Config.RetrySchedule)
+	}
 	if roles.API {
-		srv, err := api.New(api.Config{DB: m.DB, Redis: m.Redis, Logger: m.Logger, Metrics: m.Registry,
+		srv, err := api.New(api.Config{DB: m.DB, Redis: m.Redis, Enqueuer: m.Queue, Logger: m.Logger, Metrics: m.Registry,
 			MaxPayloadBytes: m.Config.MaxPayloadBytes, MaxBatchBytes: m.Config.MaxBatchBytes,
 			AllowPrivateNetworks: m.Config.AllowPrivateNetworks})
 		if err != nil {
@@ -170,6 +192,10 @@ func (m *Main) Shutdown(ctx context.Context) error {
 		errs = append(errs, s.Shutdown(ctx))
 	}
 	m.servers = nil
+	if m.Worker != nil {
+		m.Worker.Stop()
+		m.Worker = nil
+	}
 	return errors.Join(errs...)
 }
 
@@ -177,6 +203,9 @@ func (m *Main) Shutdown(ctx context.Context) error {
 func (m *Main) Close() {
 	for _, s := range m.servers {
 		s.Close()
+	}
+	if m.Worker != nil {
+		m.Worker.Stop()
 	}
 	if m.Redis != nil {
 		m.Redis.Close()

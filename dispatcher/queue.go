@@ -1,0 +1,108 @@
+package dispatcher
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/webhookd/webhookd"
+)
+
+// Task types on the queue.
+const (
+	TaskDelivery = "webhookd:delivery" // an attempt of one delivery, TaskID = delivery id (manual: a request id)
+	TaskJob      = "webhookd:job"      // a background job, TaskID = job id
+)
+
+// DefaultQueue is the asynq queue webhookd uses.
+const DefaultQueue = "webhookd"
+
+// deliveryTask is the payload of a TaskDelivery.
+type deliveryTask struct {
+	DeliveryID string `json:"delivery_id"`
+	Trigger    string `json:"trigger"`      // auto, test or manual
+	By         string `json:"by,omitempty"` // who asked, for manual attempts
+}
+
+// Queue hands work to asynq. It is only a schedule: PostgreSQL stays the
+// authority, and the reconciler re-enqueues whatever did not arrive.
+type Queue struct {
+	client  *asynq.Client
+	queue   string
+	timeout time.Duration
+}
+
+// NewQueue returns a Queue on rdb (which the caller closes). taskTimeout
+// bounds one attempt and must exceed the HTTP timeouts.
+func NewQueue(rdb redis.UniversalClient, queue string, taskTimeout time.Duration) *Queue {
+	if queue == "" {
+		queue = DefaultQueue
+	}
+	return &Queue{client: asynq.NewClientFromRedisClient(rdb), queue: queue, timeout: taskTimeout}
+}
+
+// Enqueue schedules an automatic attempt of each delivery at its due time,
+// with TaskID = delivery id, so a delivery can never have two live tasks.
+// A delivery already queued is not an error.
+func (q *Queue) Enqueue(ctx context.Context, ds ...webhookd.ScheduledDelivery) error {
+	var errs []error
+	for _, d := range ds {
+		if err := q.enqueue(ctx, d.ID, deliveryTask{DeliveryID: d.ID, Trigger: webhookd.TriggerAuto}, d.DueAt); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// EnqueueTest schedules the first attempt of a test delivery now.
+func (q *Queue) EnqueueTest(ctx context.Context, deliveryID string) error {
+	return q.enqueue(ctx, deliveryID, deliveryTask{DeliveryID: deliveryID, Trigger: webhookd.TriggerTest}, time.Time{})
+}
+
+// EnqueueManual schedules one manual attempt of a delivery now, beside any
+// automatic task it has; taskID (a request id) keeps repeats apart.
+func (q *Queue) EnqueueManual(ctx context.Context, taskID, deliveryID, by string) error {
+	return q.enqueue(ctx, taskID, deliveryTask{DeliveryID: deliveryID, Trigger: webhookd.TriggerManual, By: by}, time.Time{})
+}
+
+// EnqueueJob schedules a background job now.
+func (q *Queue) EnqueueJob(ctx context.Context, jobID string) error {
+	err := q.enqueueTask(ctx, asynq.NewTask(TaskJob, []byte(jobID)), jobID, time.Time{}, time.Hour)
+	if errors.Is(err, asynq.ErrTaskIDConflict) {
+		return nil
+	}
+	return err
+}
+
+func (q *Queue) enqueue(ctx context.Context, taskID string, t deliveryTask, at time.Time) error {
+	payload, err := json.Marshal(t)
+	if err != nil {
+		return err
+	}
+	err = q.enqueueTask(ctx, asynq.NewTask(TaskDelivery, payload), taskID, at, q.timeout)
+	if errors.Is(err, asynq.ErrTaskIDConflict) {
+		return nil // already queued
+	}
+	return err
+}
+
+func (q *Queue) enqueueTask(ctx context.Context, task *asynq.Task, id string, at time.Time, timeout time.Duration) error {
+	opts := []asynq.Option{asynq.TaskID(id), asynq.Queue(q.queue), asynq.MaxRetry(maxRetry), asynq.Timeout(timeout)}
+	if !at.IsZero() {
+		opts = append(opts, asynq.ProcessAt(at))
+	}
+	if _, err := q.client.EnqueueContext(ctx, task, opts...); err != nil {
+		return fmt.Errorf("enqueue %s: %w", id, err)
+	}
+	return nil
+}
+
+// maxRetry is effectively unbounded: PostgreSQL counts attempts and decides
+// when a delivery is dead, and asynq must never archive one of our tasks
+// (an archived TaskID would block the reconciler's re-enqueue).
+const maxRetry = 1 << 30

@@ -1,0 +1,78 @@
+package dispatcher
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/storage"
+)
+
+// Reconciler re-enqueues every delivery PostgreSQL says is due. Enqueueing
+// uses TaskID = delivery id, so a delivery that still has a live task is
+// left alone (asynq answers ErrTaskIDConflict) and one whose task was lost
+// with Redis gets a new one. It is what makes losing Redis lose nothing.
+type Reconciler struct {
+	DB       *storage.DB
+	Queue    *Queue
+	Interval time.Duration
+	Clock    webhookd.Clock
+	Logger   *slog.Logger
+
+	stop chan struct{}
+	done sync.WaitGroup
+}
+
+// Start runs a pass at once and then every Interval until Stop or ctx ends.
+func (r *Reconciler) Start(ctx context.Context) {
+	r.stop = make(chan struct{})
+	r.done.Go(func() {
+		ticker := time.NewTicker(r.Interval)
+		defer ticker.Stop()
+		for {
+			if n, err := r.RunOnce(ctx); err != nil {
+				r.Logger.Warn("reconciler pass failed", "err", err)
+			} else if n > 0 {
+				r.Logger.Debug("reconciler pass", "due", n)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-r.stop:
+				return
+			case <-ticker.C:
+			}
+		}
+	})
+}
+
+// Stop ends the loop and waits for it.
+func (r *Reconciler) Stop() {
+	if r.stop != nil {
+		close(r.stop)
+		r.done.Wait()
+	}
+}
+
+// RunOnce enqueues every due delivery and returns how many it looked at.
+func (r *Reconciler) RunOnce(ctx context.Context) (int, error) {
+	const page = 500
+	now := r.Clock.Now()
+	after, total := "", 0
+	for {
+		due, err := r.DB.Store().DueDeliveries(ctx, now, after, page)
+		if err != nil {
+			return total, err
+		}
+		if len(due) == 0 {
+			return total, nil
+		}
+		if err := r.Queue.Enqueue(ctx, due...); err != nil {
+			return total, err
+		}
+		total += len(due)
+		after = due[len(due)-1].ID
+	}
+}

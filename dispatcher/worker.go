@@ -1,0 +1,198 @@
+package dispatcher
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/storage"
+)
+
+// Config configures a Worker. Zero values take the defaults in the comments.
+type Config struct {
+	DB    *storage.DB           // required
+	Redis redis.UniversalClient // required; the caller closes it
+	Queue string                // asynq queue; default "webhookd"
+	// Schedule is the delays between attempts; default 1m,15m,1h,24h.
+	Schedule Schedule
+	HTTP     HTTPConfig // timeouts and the private-network switch
+	// Concurrency is how many attempts run at once; default 20.
+	Concurrency int
+	// ReconcileInterval is how often due deliveries without a live task
+	// are re-enqueued; default 5s.
+	ReconcileInterval time.Duration
+	// PollInterval is how often asynq looks for new and due tasks; default
+	// 100ms for new tasks and 200ms for scheduled ones, so a 1 s schedule
+	// keeps to about a second.
+	PollInterval time.Duration
+	// RateLimitPrefix prefixes the per-endpoint limiter's Redis keys;
+	// default "webhookd:endpoint-rate:".
+	RateLimitPrefix string
+	// Jobs runs background jobs (dead-letter replays); nil: none.
+	Jobs    func(ctx context.Context, jobID string) error
+	Clock   webhookd.Clock        // default webhookd.SystemClock
+	Logger  *slog.Logger          // default slog.Default()
+	Metrics prometheus.Registerer // default: a private registry
+}
+
+// WithDefaults fills zero values.
+func (c Config) WithDefaults() Config {
+	if c.Queue == "" {
+		c.Queue = DefaultQueue
+	}
+	if c.Schedule == nil {
+		c.Schedule = DefaultSchedule
+	}
+	c.HTTP = c.HTTP.WithDefaults()
+	if c.Concurrency == 0 {
+		c.Concurrency = 20
+	}
+	if c.ReconcileInterval == 0 {
+		c.ReconcileInterval = 5 * time.Second
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = 100 * time.Millisecond
+	}
+	if c.RateLimitPrefix == "" {
+		c.RateLimitPrefix = "webhookd:endpoint-rate:"
+	}
+	if c.Clock == nil {
+		c.Clock = webhookd.SystemClock{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Metrics == nil {
+		c.Metrics = prometheus.NewRegistry()
+	}
+	return c
+}
+
+// Validate names the first bad field.
+func (c Config) Validate() error {
+	switch {
+	case c.DB == nil:
+		return errors.New("worker config: DB is required")
+	case c.Redis == nil:
+		return errors.New("worker config: Redis is required")
+	case c.Concurrency < 1:
+		return errors.New("worker config: Concurrency must be at least 1")
+	case len(c.Schedule) == 0:
+		return errors.New("worker config: Schedule is empty")
+	}
+	return c.HTTP.Validate()
+}
+
+// TaskTimeout is how long one attempt may run: above both HTTP timeouts.
+func (c Config) TaskTimeout() time.Duration {
+	return c.HTTP.ConnectTimeout + c.HTTP.ResponseTimeout + 30*time.Second
+}
+
+// Worker processes delivery and job tasks from asynq and runs the
+// reconciler beside them.
+type Worker struct {
+	cfg        Config
+	server     *asynq.Server
+	Deliverer  *Deliverer
+	Queue      *Queue
+	reconciler *Reconciler
+}
+
+// NewWorker builds a Worker from cfg (after WithDefaults).
+func NewWorker(cfg Config) (*Worker, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(cfg.Metrics)
+	if err != nil {
+		return nil, err
+	}
+	d := &Deliverer{db: cfg.DB, client: NewHTTPClient(cfg.HTTP), schedule: cfg.Schedule, clock: cfg.Clock,
+		log: cfg.Logger, limiter: redis_rate.NewLimiter(cfg.Redis), prefix: cfg.RateLimitPrefix, metrics: m,
+		bodyTimeout: cfg.HTTP.ResponseTimeout}
+	q := NewQueue(cfg.Redis, cfg.Queue, cfg.TaskTimeout())
+	w := &Worker{cfg: cfg, Deliverer: d, Queue: q,
+		reconciler: &Reconciler{DB: cfg.DB, Queue: q, Interval: cfg.ReconcileInterval, Clock: cfg.Clock, Logger: cfg.Logger}}
+	w.server = asynq.NewServerFromRedisClient(cfg.Redis, asynq.Config{
+		Concurrency:              cfg.Concurrency,
+		Queues:                   map[string]int{cfg.Queue: 1},
+		TaskCheckInterval:        cfg.PollInterval,
+		DelayedTaskCheckInterval: 2 * cfg.PollInterval,
+		RetryDelayFunc:           retryDelay,
+		IsFailure:                func(err error) bool { var r *RetryAt; return !errors.As(err, &r) },
+		Logger:                   asynqLogger{cfg.Logger},
+		LogLevel:                 asynq.WarnLevel,
+		ShutdownTimeout:          cfg.TaskTimeout(),
+	})
+	return w, nil
+}
+
+// Start begins processing and reconciling.
+func (w *Worker) Start(ctx context.Context) error {
+	mux := asynq.NewServeMux()
+	mux.HandleFunc(TaskDelivery, w.handleDelivery)
+	mux.HandleFunc(TaskJob, w.handleJob)
+	if err := w.server.Start(mux); err != nil {
+		return fmt.Errorf("start worker: %w", err)
+	}
+	w.reconciler.Start(ctx)
+	return nil
+}
+
+// Stop stops reconciling, then waits for running attempts to finish.
+func (w *Worker) Stop() {
+	w.reconciler.Stop()
+	w.server.Shutdown()
+}
+
+func (w *Worker) handleDelivery(ctx context.Context, t *asynq.Task) error {
+	var p deliveryTask
+	if err := json.Unmarshal(t.Payload(), &p); err != nil {
+		w.cfg.Logger.Error("dropping a delivery task with a bad payload", "err", err)
+		return nil
+	}
+	_, err := w.Deliverer.Attempt(ctx, p.DeliveryID, p.Trigger, p.By)
+	return err
+}
+
+func (w *Worker) handleJob(ctx context.Context, t *asynq.Task) error {
+	if w.cfg.Jobs == nil {
+		return errors.New("this worker runs no jobs")
+	}
+	return w.cfg.Jobs(ctx, string(t.Payload()))
+}
+
+// retryDelay brings a *RetryAt task back at its time, never early: asynq
+// keeps retry times in whole seconds (truncated), so the delay is rounded
+// up to the next whole second. Other errors (PostgreSQL unreachable, say)
+// come back after 5 s.
+func retryDelay(_ int, err error, _ *asynq.Task) time.Duration {
+	var r *RetryAt
+	if !errors.As(err, &r) {
+		return 5 * time.Second
+	}
+	at := r.At.Truncate(time.Second)
+	if at.Before(r.At) {
+		at = at.Add(time.Second)
+	}
+	return max(time.Until(at), 0)
+}
+
+// asynqLogger sends asynq's log lines to slog.
+type asynqLogger struct{ l *slog.Logger }
+
+func (a asynqLogger) Debug(args ...any) { a.l.Debug(fmt.Sprint(args...), "component", "asynq") }
+func (a asynqLogger) Info(args ...any)  { a.l.Info(fmt.Sprint(args...), "component", "asynq") }
+func (a asynqLogger) Warn(args ...any)  { a.l.Warn(fmt.Sprint(args...), "component", "asynq") }
+func (a asynqLogger) Error(args ...any) { a.l.Error(fmt.Sprint(args...), "component", "asynq") }
+func (a asynqLogger) Fatal(args ...any) { a.l.Error(fmt.Sprint(args...), "component", "asynq") }
