@@ -3,7 +3,6 @@ package dispatcher
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/webhookd/webhookd"
@@ -21,39 +20,18 @@ type Reconciler struct {
 	Clock    webhookd.Clock
 	Logger   *slog.Logger
 
-	stop chan struct{}
-	done sync.WaitGroup
+	loop
 }
 
 // Start runs a pass at once and then every Interval until Stop or ctx ends.
 func (r *Reconciler) Start(ctx context.Context) {
-	r.stop = make(chan struct{})
-	r.done.Go(func() {
-		ticker := time.NewTicker(r.Interval)
-		defer ticker.Stop()
-		for {
-			if n, err := r.RunOnce(ctx); err != nil {
-				r.Logger.Warn("reconciler pass failed", "err", err)
-			} else if n > 0 {
-				r.Logger.Debug("reconciler pass", "due", n)
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-r.stop:
-				return
-			case <-ticker.C:
-			}
+	r.start(ctx, r.Interval, func(ctx context.Context) {
+		if n, err := r.RunOnce(ctx); err != nil {
+			r.Logger.Warn("reconciler pass failed", "err", err)
+		} else if n > 0 {
+			r.Logger.Debug("reconciler pass", "due", n)
 		}
 	})
-}
-
-// Stop ends the loop and waits for it.
-func (r *Reconciler) Stop() {
-	if r.stop != nil {
-		close(r.stop)
-		r.done.Wait()
-	}
 }
 
 // RunOnce enqueues every due delivery and returns how many it looked at.

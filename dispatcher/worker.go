@@ -37,6 +37,11 @@ type Config struct {
 	// RateLimitPrefix prefixes the per-endpoint limiter's Redis keys;
 	// default "webhookd:endpoint-rate:".
 	RateLimitPrefix string
+	// Retention is how long finished deliveries, their attempts and dead
+	// letters are kept; default 336h. RetentionInterval is how often the
+	// purge runs; default 1h.
+	Retention         time.Duration
+	RetentionInterval time.Duration
 	// Jobs runs background jobs (dead-letter replays); nil: none.
 	Jobs    func(ctx context.Context, jobID string) error
 	Clock   webhookd.Clock        // default webhookd.SystemClock
@@ -61,6 +66,12 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.PollInterval == 0 {
 		c.PollInterval = 100 * time.Millisecond
+	}
+	if c.Retention == 0 {
+		c.Retention = 336 * time.Hour
+	}
+	if c.RetentionInterval == 0 {
+		c.RetentionInterval = time.Hour
 	}
 	if c.RateLimitPrefix == "" {
 		c.RateLimitPrefix = "webhookd:endpoint-rate:"
@@ -88,6 +99,8 @@ func (c Config) Validate() error {
 		return errors.New("worker config: Concurrency must be at least 1")
 	case len(c.Schedule) == 0:
 		return errors.New("worker config: Schedule is empty")
+	case c.Retention < 0:
+		return errors.New("worker config: Retention is negative")
 	}
 	return c.HTTP.Validate()
 }
@@ -105,6 +118,7 @@ type Worker struct {
 	Deliverer  *Deliverer
 	Queue      *Queue
 	reconciler *Reconciler
+	retention  *Retention
 }
 
 // NewWorker builds a Worker from cfg (after WithDefaults).
@@ -122,7 +136,9 @@ func NewWorker(cfg Config) (*Worker, error) {
 		bodyTimeout: cfg.HTTP.ResponseTimeout}
 	q := NewQueue(cfg.Redis, cfg.Queue, cfg.TaskTimeout())
 	w := &Worker{cfg: cfg, Deliverer: d, Queue: q,
-		reconciler: &Reconciler{DB: cfg.DB, Queue: q, Interval: cfg.ReconcileInterval, Clock: cfg.Clock, Logger: cfg.Logger}}
+		reconciler: &Reconciler{DB: cfg.DB, Queue: q, Interval: cfg.ReconcileInterval, Clock: cfg.Clock, Logger: cfg.Logger},
+		retention: &Retention{DB: cfg.DB, Keep: cfg.Retention, Interval: cfg.RetentionInterval, Clock: cfg.Clock,
+			Logger: cfg.Logger}}
 	w.server = asynq.NewServerFromRedisClient(cfg.Redis, asynq.Config{
 		Concurrency:              cfg.Concurrency,
 		Queues:                   map[string]int{cfg.Queue: 1},
@@ -146,12 +162,14 @@ func (w *Worker) Start(ctx context.Context) error {
 		return fmt.Errorf("start worker: %w", err)
 	}
 	w.reconciler.Start(ctx)
+	w.retention.Start(ctx)
 	return nil
 }
 
 // Stop stops reconciling, then waits for running attempts to finish.
 func (w *Worker) Stop() {
 	w.reconciler.Stop()
+	w.retention.Stop()
 	w.server.Shutdown()
 }
 

@@ -103,7 +103,7 @@ func (m *Main) Start(ctx context.Context, roles Roles) error {
 	wcfg := dispatcher.Config{DB: m.DB, Redis: m.Redis, Schedule: schedule, Concurrency: m.Config.WorkerConcurrency,
 		HTTP: dispatcher.HTTPConfig{ConnectTimeout: m.Config.ConnectTimeout, ResponseTimeout: m.Config.ResponseTimeout,
 			AllowPrivateNetworks: m.Config.AllowPrivateNetworks},
-		Logger: m.Logger, Metrics: m.Registry}
+		Retention: m.Config.Retention, Logger: m.Logger, Metrics: m.Registry}
 	m.Queue = dispatcher.NewQueue(m.Redis, wcfg.Queue, wcfg.WithDefaults().TaskTimeout())
 	if roles.Worker {
 		if m.Worker, err = dispatcher.NewWorker(wcfg); err != nil {
