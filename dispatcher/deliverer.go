@@ -44,7 +44,9 @@ type RetryAt struct {
 	Reason string
 }
 
-func (r *RetryAt) Error() string { return "next attempt at " + r.At.Format(time.RFC3339) + ": " + r.Reason }
+func (r *RetryAt) Error() string {
+	return "next attempt at " + r.At.Format(time.RFC3339) + ": " + r.Reason
+}
 
 // Result is what one attempt did.
 type Result struct {

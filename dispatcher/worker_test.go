@@ -75,7 +75,9 @@ func TestDeliversSignedEvent(t *testing.T) {
 
 func TestRetriesOnScheduleThenSucceeds(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *dispatcher.Config) { c.Schedule = dispatcher.Schedule{time.Second, 2 * time.Second, time.Hour, time.Hour} })
+	e := newEnv(t, func(c *dispatcher.Config) {
+		c.Schedule = dispatcher.Schedule{time.Second, 2 * time.Second, time.Hour, time.Hour}
+	})
 	rc := newReceiver(t, func(n int, w http.ResponseWriter, _ *http.Request) {
 		if n <= 2 {
 			w.WriteHeader(500)
@@ -264,7 +266,7 @@ func TestGoneDisablesEndpoint(t *testing.T) {
 	mu.Lock()
 	gone = true
 	mu.Unlock()
-	// Stop the worker so the 410 comes from a fresh delivery first.
+	// A fresh delivery meets the 410 first.
 	id := e.publish("a", 1)[0]
 	e.waitStatus(id, webhookd.DeliveryDeadLetter, 10*time.Second)
 	got, err := e.db.Store().GetEndpoint(context.Background(), e.project.ID, ep.ID)
