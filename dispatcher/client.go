@@ -70,7 +70,7 @@ func NewHTTPClient(cfg HTTPConfig) *http.Client {
 		ResponseHeaderTimeout: cfg.ResponseTimeout,
 		Protocols:             &protocols,
 		MaxIdleConns:          256,
-		MaxIdleConnsPerHost:   4,
+		MaxIdleConnsPerHost:   64, // ≥ worker concurrency, so a busy endpoint reuses connections
 		IdleConnTimeout:       90 * time.Second,
 	}
 	return &http.Client{
