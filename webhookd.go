@@ -167,13 +167,22 @@ type Job struct {
 	FinishedAt  *time.Time
 }
 
-// Enqueuer hands committed deliveries to the queue. The queue is only a
+// Enqueuer hands committed work to the queue. The queue is only a
 // schedule: PostgreSQL stays the authority, and a reconciler re-enqueues
 // whatever an Enqueuer failed to hand over.
 type Enqueuer interface {
 	// Enqueue schedules the deliveries for an attempt at their time. An id
 	// already queued is not an error.
 	Enqueue(ctx context.Context, deliveries ...ScheduledDelivery) error
+	// EnqueueManual schedules one manual attempt of a delivery now, beside
+	// any automatic one; taskID (a fresh request id) keeps repeats apart and
+	// by names who asked.
+	EnqueueManual(ctx context.Context, taskID, deliveryID, by string) error
+	// EnqueueTest schedules the first attempt of a test delivery now.
+	EnqueueTest(ctx context.Context, deliveryID string) error
+	// EnqueueJob schedules a background job now. A job already queued is
+	// not an error.
+	EnqueueJob(ctx context.Context, jobID string) error
 }
 
 // ScheduledDelivery names a delivery and when it is due.

@@ -93,6 +93,99 @@ func secretOut(e webhookd.Endpoint, now time.Time) secretJSON {
 	return out
 }
 
+type deliveryJSON struct {
+	ID             string  `json:"id"`
+	EventID        string  `json:"event_id"`
+	EndpointID     string  `json:"endpoint_id"`
+	EventType      string  `json:"event_type"`
+	Status         string  `json:"status"`
+	AttemptsCount  int     `json:"attempts_count"`
+	NextAttemptAt  *string `json:"next_attempt_at"`
+	LastStatusCode *int    `json:"last_status_code"`
+	LastError      *string `json:"last_error"`
+	CreatedAt      string  `json:"created_at"`
+	UpdatedAt      string  `json:"updated_at"`
+}
+
+func deliveryOut(d webhookd.Delivery) deliveryJSON {
+	return deliveryJSON{ID: d.ID, EventID: d.EventID, EndpointID: d.EndpointID, EventType: d.EventType, Status: d.Status,
+		AttemptsCount: d.AttemptsCount, NextAttemptAt: timePtr(d.NextAttemptAt), LastStatusCode: d.LastStatusCode,
+		LastError: d.LastError, CreatedAt: timeString(d.CreatedAt), UpdatedAt: timeString(d.UpdatedAt)}
+}
+
+// deliveryWithAttemptsJSON is GET /v1/deliveries/{id}: the delivery and its
+// attempts, oldest first.
+type deliveryWithAttemptsJSON struct {
+	deliveryJSON
+	Attempts []attemptJSON `json:"attempts"`
+}
+
+type attemptJSON struct {
+	Number          int               `json:"number"`
+	RequestID       string            `json:"request_id"`
+	URL             string            `json:"url"`
+	Trigger         string            `json:"trigger"`
+	StatusCode      *int              `json:"status_code"`
+	Error           *string           `json:"error"`
+	DurationMS      int64             `json:"duration_ms"`
+	StartedAt       string            `json:"started_at"`
+	RequestHeaders  map[string]string `json:"request_headers"`
+	ResponseHeaders map[string]string `json:"response_headers"`
+	ResponseBody    string            `json:"response_body"`
+}
+
+func attemptOut(a webhookd.Attempt) attemptJSON {
+	out := attemptJSON{Number: a.Number, RequestID: a.RequestID, URL: a.URL, Trigger: a.Trigger, StatusCode: a.StatusCode,
+		Error: a.Error, DurationMS: a.DurationMS, StartedAt: timeString(a.StartedAt), RequestHeaders: a.RequestHeaders,
+		ResponseHeaders: a.ResponseHeaders, ResponseBody: a.ResponseBody}
+	if out.RequestHeaders == nil {
+		out.RequestHeaders = map[string]string{}
+	}
+	if out.ResponseHeaders == nil {
+		out.ResponseHeaders = map[string]string{}
+	}
+	return out
+}
+
+type deadLetterJSON struct {
+	ID             string  `json:"id"`
+	DeliveryID     string  `json:"delivery_id"`
+	EventID        string  `json:"event_id"`
+	EndpointID     string  `json:"endpoint_id"`
+	EventType      string  `json:"event_type"`
+	Reason         string  `json:"reason"`
+	LastStatusCode *int    `json:"last_status_code"`
+	DeadLetteredAt string  `json:"dead_lettered_at"`
+	ReplayedAt     *string `json:"replayed_at"`
+}
+
+func deadLetterOut(d webhookd.DeadLetter) deadLetterJSON {
+	return deadLetterJSON{ID: d.ID, DeliveryID: d.DeliveryID, EventID: d.EventID, EndpointID: d.EndpointID,
+		EventType: d.EventType, Reason: d.Reason, LastStatusCode: d.LastStatusCode,
+		DeadLetteredAt: timeString(d.DeadLetteredAt), ReplayedAt: timePtr(d.ReplayedAt)}
+}
+
+type jobJSON struct {
+	ID          string  `json:"id"`
+	Kind        string  `json:"kind"`
+	Status      string  `json:"status"`
+	Total       int     `json:"total"`
+	Done        int     `json:"done"`
+	FailedCount int     `json:"failed_count"`
+	CreatedAt   string  `json:"created_at"`
+	FinishedAt  *string `json:"finished_at"`
+}
+
+func jobOut(j webhookd.Job) jobJSON {
+	return jobJSON{ID: j.ID, Kind: j.Kind, Status: j.Status, Total: j.Total, Done: j.Done, FailedCount: j.FailedCount,
+		CreatedAt: timeString(j.CreatedAt), FinishedAt: timePtr(j.FinishedAt)}
+}
+
+// jobCreatedJSON is the answer of POST /v1/dead-letters/replay.
+type jobCreatedJSON struct {
+	JobID string `json:"job_id"`
+}
+
 type errorJSON struct {
 	Error errorBodyJSON `json:"error"`
 }

@@ -23,7 +23,7 @@ import (
 type Config struct {
 	DB       *storage.DB           // required
 	Redis    redis.UniversalClient // required for rate limits; errors fail open
-	Enqueuer webhookd.Enqueuer     // hands committed deliveries to the queue; nil: the reconciler picks them up
+	Enqueuer webhookd.Enqueuer     // hands committed work to the queue; nil (tests): the reconcilers pick it up, redeliveries are skipped
 	Clock    webhookd.Clock        // default webhookd.SystemClock
 	Logger   *slog.Logger          // default slog.Default()
 	Metrics  prometheus.Registerer // default: a private registry
@@ -136,6 +136,13 @@ func (s *Server) routes() {
 	s.handle("DELETE /v1/endpoints/{id}", s.plain(s.deleteEndpoint))
 	s.handle("GET /v1/endpoints/{id}/secret", s.plain(s.getSecret))
 	s.handle("POST /v1/endpoints/{id}/rotate-secret", s.idempotent(p, s.rotateSecret))
+	s.handle("POST /v1/endpoints/{id}/test", s.withBody(p, s.testEndpoint))
+	s.handle("GET /v1/deliveries", s.plain(s.listDeliveries))
+	s.handle("GET /v1/deliveries/{id}", s.plain(s.getDelivery))
+	s.handle("POST /v1/deliveries/{id}/redeliver", s.idempotent(p, s.redeliver))
+	s.handle("GET /v1/dead-letters", s.plain(s.listDeadLetters))
+	s.handle("POST /v1/dead-letters/replay", s.idempotent(p, s.replayDeadLetters))
+	s.handle("GET /v1/jobs/{id}", s.plain(s.getJob))
 	s.handle("/", s.plain(func(*call) (int, any, error) {
 		return 0, nil, &webhookd.Error{Code: webhookd.CodeNotFound, Message: "no such route"}
 	}))

@@ -112,6 +112,13 @@ func (d *Deliverer) Attempt(ctx context.Context, deliveryID, trigger, by string)
 	return res, nil
 }
 
+// Replay makes one manual attempt on behalf of by (a dead-letter replay job)
+// and tells whether it got a 2xx.
+func (d *Deliverer) Replay(ctx context.Context, deliveryID, by string) (bool, error) {
+	res, err := d.Attempt(ctx, deliveryID, webhookd.TriggerManual, by)
+	return res.Succeeded, err
+}
+
 // transition decides the delivery's next state. Automatic attempts follow
 // the outcome table. A manual attempt never schedules anything: success
 // makes the delivery succeeded (a dead letter is then marked replayed by

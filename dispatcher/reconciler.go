@@ -45,7 +45,7 @@ func (r *Reconciler) RunOnce(ctx context.Context) (int, error) {
 			return total, err
 		}
 		if len(due) == 0 {
-			return total, nil
+			return total, r.enqueueJobs(ctx)
 		}
 		if err := r.Queue.Enqueue(ctx, due...); err != nil {
 			return total, err
@@ -53,4 +53,19 @@ func (r *Reconciler) RunOnce(ctx context.Context) (int, error) {
 		total += len(due)
 		after = due[len(due)-1].ID
 	}
+}
+
+// enqueueJobs re-enqueues background jobs that are queued or running; a job
+// whose task is alive is left alone (TaskID = job id).
+func (r *Reconciler) enqueueJobs(ctx context.Context) error {
+	jobs, err := r.DB.Store().RunnableJobs(ctx)
+	if err != nil {
+		return err
+	}
+	for _, id := range jobs {
+		if err := r.Queue.EnqueueJob(ctx, id); err != nil {
+			return err
+		}
+	}
+	return nil
 }

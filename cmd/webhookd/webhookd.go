@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/webhookd/webhookd/api"
+	"github.com/webhookd/webhookd/deadletter"
 	"github.com/webhookd/webhookd/dispatcher"
 	"github.com/webhookd/webhookd/storage"
 )
@@ -106,9 +107,17 @@ func (m *Main) Start(ctx context.Context, roles Roles) error {
 		Retention: m.Config.Retention, Logger: m.Logger, Metrics: m.Registry}
 	m.Queue = dispatcher.NewQueue(m.Redis, wcfg.Queue, wcfg.WithDefaults().TaskTimeout())
 	if roles.Worker {
+		var deliverer *dispatcher.Deliverer
+		replayer := &deadletter.Replayer{DB: m.DB, Logger: m.Logger,
+			Lease: wcfg.WithDefaults().TaskTimeout() + time.Minute, // above one attempt
+			Attempt: func(ctx context.Context, deliveryID, by string) (bool, error) {
+				return deliverer.Replay(ctx, deliveryID, by)
+			}}
+		wcfg.Jobs = replayer.Run
 		if m.Worker, err = dispatcher.NewWorker(wcfg); err != nil {
 			return err
 		}
+		deliverer = m.Worker.Deliverer
 		if err := m.Worker.Start(ctx); err != nil {
 			return err
 		}
