@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+
+	"github.com/webhookd/webhookd/internal/testenv"
+	"github.com/webhookd/webhookd/storage"
+)
+
+// TestAllDeliversSignedAndReplaysDeadLetters runs `webhookd all` in-process:
+// an endpoint at a local receiver gets a signed event; a dead letter is then
+// replayed through a background job.
+func TestAllDeliversSignedAndReplaysDeadLetters(t *testing.T) {
+	t.Parallel()
+	name, _ := testenv.Schema(t)
+	_, redisURL := testenv.Redis(t)
+	cfg := DefaultConfig()
+	cfg.DatabaseURL, cfg.RedisURL = testenv.DatabaseURL(), redisURL
+	cfg.APIAddr, cfg.DashboardAddr = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.AllowPrivateNetworks, cfg.RetrySchedule = true, "1s"
+	m := NewMain(cfg, io.Discard)
+	m.SearchPath = name
+	t.Cleanup(m.Close)
+	ctx := context.Background()
+	if err := m.OpenDB(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.DB.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	key, _, err := m.DB.Store().CreateAPIKey(ctx, "e2e", storage.ProjectPlan{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Start(ctx, Roles{API: true, Worker: true, Ops: true}); err != nil {
+		t.Fatal(err)
+	}
+
+	var mu sync.Mutex
+	answer := 400
+	var got []*http.Request
+	var bodies [][]byte
+	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		defer mu.Unlock()
+		got, bodies = append(got, r), append(bodies, b)
+		w.WriteHeader(answer)
+	}))
+	t.Cleanup(rc.Close)
+
+	call := func(method, path, body string, idem bool) map[string]any {
+		t.Helper()
+		req, _ := http.NewRequest(method, "http://"+m.APIAddr+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+key)
+		if idem {
+			req.Header.Set("Idempotency-Key", uuid.NewString())
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out map[string]any
+		json.NewDecoder(resp.Body).Decode(&out)
+		if resp.StatusCode >= 300 {
+			t.Fatalf("%s %s: %d %v", method, path, resp.StatusCode, out)
+		}
+		return out
+	}
+	poll := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 20s", what)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+
+	ep := call("POST", "/v1/endpoints", fmt.Sprintf(`{"url":%q}`, rc.URL+"/hook"), true)
+	ev := call("POST", "/v1/events", `{"type":"invoice.paid","data":{"amount":100}}`, true)
+	dlv := ev["deliveries"].([]any)[0].(map[string]any)["id"].(string)
+	poll("dead letter", func() bool { return call("GET", "/v1/deliveries/"+dlv, "", false)["status"] == "dead_letter" })
+
+	mu.Lock()
+	wh, _ := standardwebhooks.NewWebhook(ep["secret"].(string))
+	if err := wh.Verify(bodies[0], got[0].Header); err != nil {
+		t.Fatalf("signature: %v", err)
+	}
+	answer = 200
+	mu.Unlock()
+
+	dls := call("GET", "/v1/dead-letters", "", false)["data"].([]any)
+	if len(dls) != 1 || dls[0].(map[string]any)["reason"] != "client_error" {
+		t.Fatalf("dead letters %v", dls)
+	}
+	job := call("POST", "/v1/dead-letters/replay", `{}`, true)["job_id"].(string)
+	var j map[string]any
+	poll("replay job", func() bool { j = call("GET", "/v1/jobs/"+job, "", false); return j["status"] == "succeeded" })
+	if j["total"] != 1.0 || j["done"] != 1.0 || j["failed_count"] != 0.0 || j["finished_at"] == nil {
+		t.Fatalf("job %v", j)
+	}
+	d := call("GET", "/v1/deliveries/"+dlv, "", false)
+	if d["status"] != "succeeded" || len(d["attempts"].([]any)) != 2 {
+		t.Fatalf("after replay %v", d)
+	}
+	if dl := call("GET", "/v1/dead-letters", "", false)["data"].([]any)[0].(map[string]any); dl["replayed_at"] == nil {
+		t.Fatalf("dead letter not marked replayed: %v", dl)
+	}
+}
