@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,9 +13,6 @@ import (
 
 	"github.com/google/uuid"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
-
-	"github.com/webhookd/webhookd/internal/testenv"
-	"github.com/webhookd/webhookd/storage"
 )
 
 // TestAllDeliversSignedAndReplaysDeadLetters runs `webhookd all` in-process:
@@ -24,29 +20,9 @@ import (
 // replayed through a background job.
 func TestAllDeliversSignedAndReplaysDeadLetters(t *testing.T) {
 	t.Parallel()
-	name, _ := testenv.Schema(t)
-	_, redisURL := testenv.Redis(t)
-	cfg := DefaultConfig()
-	cfg.DatabaseURL, cfg.RedisURL = testenv.DatabaseURL(), redisURL
-	cfg.APIAddr, cfg.DashboardAddr = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.AllowPrivateNetworks, cfg.RetrySchedule = true, "1s"
-	m := NewMain(cfg, io.Discard)
-	m.SearchPath = name
-	t.Cleanup(m.Close)
-	ctx := context.Background()
-	if err := m.OpenDB(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := m.DB.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	key, _, err := m.DB.Store().CreateAPIKey(ctx, "e2e", storage.ProjectPlan{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Start(ctx, Roles{API: true, Worker: true, Ops: true}); err != nil {
-		t.Fatal(err)
-	}
+	m, key := startMain(t, Roles{API: true, Worker: true, Ops: true}, func(c *Config) {
+		c.AllowPrivateNetworks, c.RetrySchedule = true, "1s"
+	})
 
 	var mu sync.Mutex
 	answer := 400

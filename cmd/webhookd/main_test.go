@@ -55,13 +55,18 @@ func TestMigrateAndKeysCreate(t *testing.T) {
 	}
 }
 
-func TestServeAcceptsAnEvent(t *testing.T) {
-	t.Parallel()
+// startMain runs a webhookd process in a schema of its own with roles and
+// returns it with an API key of a fresh project.
+func startMain(t *testing.T, roles Roles, tweak func(*Config)) (*Main, string) {
+	t.Helper()
 	name, _ := testenv.Schema(t)
 	_, redisURL := testenv.Redis(t)
 	cfg := DefaultConfig()
 	cfg.DatabaseURL, cfg.RedisURL = testenv.DatabaseURL(), redisURL
 	cfg.APIAddr, cfg.DashboardAddr = "127.0.0.1:0", "127.0.0.1:0"
+	if tweak != nil {
+		tweak(&cfg)
+	}
 	m := NewMain(cfg, io.Discard)
 	m.SearchPath = name
 	t.Cleanup(m.Close)
@@ -76,9 +81,16 @@ func TestServeAcceptsAnEvent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Start(ctx, Roles{API: true, Ops: true}); err != nil {
+	if err := m.Start(ctx, roles); err != nil {
 		t.Fatal(err)
 	}
+	return m, key
+}
+
+func TestServeAcceptsAnEvent(t *testing.T) {
+	t.Parallel()
+	m, key := startMain(t, Roles{API: true, Ops: true}, nil)
+	ctx := context.Background()
 	req, _ := http.NewRequest("POST", "http://"+m.APIAddr+"/v1/events", strings.NewReader(`{"type":"a.b","data":{}}`))
 	req.Header.Set("Authorization", "Bearer "+key)
 	req.Header.Set("Idempotency-Key", "k1")
