@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"regexp"
 	"strings"
@@ -114,5 +115,41 @@ func TestServeAcceptsAnEvent(t *testing.T) {
 	}
 	if err := m.Shutdown(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAllStartsAndAcceptsWithoutRedis: with Redis down from the start, the
+// API still accepts events (they wait in PostgreSQL) and /readyz says 503.
+func TestAllStartsAndAcceptsWithoutRedis(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "redis://" + ln.Addr().String() + "/0"
+	ln.Close()
+	m, key := startMain(t, Roles{API: true, Worker: true, Ops: true}, func(c *Config) { c.RedisURL = dead })
+	req, _ := http.NewRequest("POST", "http://"+m.APIAddr+"/v1/events", strings.NewReader(`{"type":"a","data":1}`))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Idempotency-Key", "no-redis")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted || resp.Header.Get("X-RateLimit-Limit") == "" {
+		t.Fatalf("without Redis: %d %v", resp.StatusCode, resp.Header)
+	}
+	var pending int
+	if err := m.DB.Pool().QueryRow(context.Background(), `SELECT count(*) FROM events`).Scan(&pending); err != nil || pending != 1 {
+		t.Fatalf("%d events in PostgreSQL (%v)", pending, err)
+	}
+	r, err := http.Get("http://" + m.OpsAddr + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Body.Close()
+	if r.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz %d without Redis", r.StatusCode)
 	}
 }
