@@ -174,12 +174,9 @@ type Enqueuer interface {
 	// Enqueue schedules the deliveries for an attempt at their time. An id
 	// already queued is not an error.
 	Enqueue(ctx context.Context, deliveries ...ScheduledDelivery) error
-	// EnqueueManual schedules one manual attempt of a delivery now, beside
-	// any automatic one; taskID (a fresh request id) keeps repeats apart and
-	// by names who asked.
-	EnqueueManual(ctx context.Context, taskID, deliveryID, by string) error
-	// EnqueueTest schedules the first attempt of a test delivery now.
-	EnqueueTest(ctx context.Context, deliveryID string) error
+	// EnqueueManual schedules the recorded redelivery requestID of a
+	// delivery now, beside any automatic attempt; by names who asked.
+	EnqueueManual(ctx context.Context, requestID, deliveryID, by string) error
 	// EnqueueJob schedules a background job now. A job already queued is
 	// not an error.
 	EnqueueJob(ctx context.Context, jobID string) error

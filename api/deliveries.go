@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
@@ -66,22 +65,24 @@ func (s *Server) getDelivery(c *call) (int, any, error) {
 
 // redeliver serves POST /v1/deliveries/{id}/redeliver: one manual attempt
 // now, whatever the delivery's state, answered 202 with the delivery as it
-// is. The attempt is enqueued before the response commits: redelivering
-// writes nothing to PostgreSQL the reconciler could find, so a queue that
-// cannot take it must fail the request (503, key released) rather than
-// answer 202 for an attempt that never comes.
+// is. The request is recorded on the delivery in the response's transaction
+// and enqueued after it commits; if Redis loses it, the reconciler enqueues
+// it again from PostgreSQL.
 func (s *Server) redeliver(c *call) (int, any, error) {
 	if err := emptyObject(c.body); err != nil {
 		return 0, nil, err
 	}
-	d, err := c.store.GetDelivery(c.ctx, c.project.ID, c.r.PathValue("id"))
+	requestID := storage.NewRequestID()
+	d, err := c.store.RequestRedelivery(c.ctx, c.project.ID, c.r.PathValue("id"), requestID, "api")
 	if err != nil {
 		return 0, nil, err
 	}
-	if q := s.cfg.Enqueuer; q != nil {
-		if err := q.EnqueueManual(c.ctx, storage.NewRequestID(), d.ID, "api"); err != nil {
-			return 0, nil, fmt.Errorf("redeliver %s: %v: %w", d.ID, err, &webhookd.Error{Code: webhookd.CodeUnavailable,
-				Message: "the delivery queue is unavailable; retry later"})
+	c.afterCommit = func(ctx context.Context) {
+		if s.cfg.Enqueuer == nil {
+			return
+		}
+		if err := s.cfg.Enqueuer.EnqueueManual(ctx, requestID, d.ID, "api"); err != nil {
+			s.log.Warn("enqueue redelivery failed; the reconciler will pick it up", "delivery_id", d.ID, "err", err)
 		}
 	}
 	return http.StatusAccepted, deliveryOut(d), nil
@@ -89,7 +90,7 @@ func (s *Server) redeliver(c *call) (int, any, error) {
 
 // testEndpoint serves POST /v1/endpoints/{id}/test: a webhookd.test event
 // for this endpoint alone, answered 202 with its delivery, which is enqueued
-// once the response is out. A disabled endpoint is refused
+// once the response is out; its attempts are logged with trigger test. A disabled endpoint is refused
 // (validation_failed, field "endpoint").
 func (s *Server) testEndpoint(c *call) (int, any, error) {
 	data := testEventData
@@ -112,8 +113,9 @@ func (s *Server) testEndpoint(c *call) (int, any, error) {
 	if ep.Status != webhookd.EndpointActive {
 		return 0, nil, disabled
 	}
+	now := s.clock.Now()
 	evs, err := c.store.CreateEvents(c.ctx, c.project.ID, []storage.NewEvent{{Type: webhookd.TestEventType, Data: data,
-		EndpointIDs: []string{ep.ID}}}, s.clock.Now(), func(int) string { return "" })
+		EndpointIDs: []string{ep.ID}, Trigger: webhookd.TriggerTest}}, now, func(int) string { return "" })
 	if err != nil {
 		return 0, nil, err
 	}
@@ -124,14 +126,7 @@ func (s *Server) testEndpoint(c *call) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	c.afterCommit = func(ctx context.Context) {
-		if s.cfg.Enqueuer == nil {
-			return
-		}
-		if err := s.cfg.Enqueuer.EnqueueTest(ctx, d.ID); err != nil {
-			s.log.Warn("enqueue test delivery failed; the reconciler will pick it up", "delivery_id", d.ID, "err", err)
-		}
-	}
+	c.afterCommit = func(ctx context.Context) { s.enqueue(ctx, now, evs) }
 	return http.StatusAccepted, deliveryOut(d), nil
 }
 

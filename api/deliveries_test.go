@@ -67,10 +67,6 @@ func (r *recorder) EnqueueManual(_ context.Context, taskID, deliveryID, by strin
 	return r.record("manual " + deliveryID + " " + by)
 }
 
-func (r *recorder) EnqueueTest(_ context.Context, deliveryID string) error {
-	return r.record("test " + deliveryID)
-}
-
 func (r *recorder) EnqueueJob(_ context.Context, jobID string) error { return r.record("job " + jobID) }
 
 func (r *recorder) list() []string {
@@ -342,15 +338,15 @@ func TestRedeliver(t *testing.T) {
 		t.Fatalf("404s enqueued %v", rec.list())
 	}
 
-	// A queue that cannot take the attempt fails the request, and the key
-	// is released for a retry.
+	// A queue that cannot take the attempt does not lose it: the request is
+	// recorded in PostgreSQL for the reconciler.
 	broken := h.newServer(withEnqueuer(&recorder{err: errors.New("redis: connection refused")}))
 	r = h.do(req{method: "POST", path: path, idem: "down", server: broken})
-	expectStatus(t, r, http.StatusServiceUnavailable)
-	if r.errorCode(t) != "unavailable" || r.header.Get("Retry-After") == "" {
-		t.Fatalf("queue down: %v %s", r.header, r.body)
+	expectStatus(t, r, http.StatusAccepted)
+	pending, err := h.db.Store().PendingRedeliveries(context.Background(), "", 10)
+	if err != nil || len(pending) != 1 || pending[0].DeliveryID != id || pending[0].By != "api" {
+		t.Fatalf("pending redeliveries %v (%v)", pending, err)
 	}
-	expectStatus(t, h.do(req{method: "POST", path: path, idem: "down"}), http.StatusAccepted)
 }
 
 func TestTestEndpoint(t *testing.T) {
@@ -381,7 +377,7 @@ func TestTestEndpoint(t *testing.T) {
 			body != `{"data":{"hello":"world"}}` && data["message"] == nil {
 			t.Fatalf("%v: data %v", body, data)
 		}
-		if got := rec.list()[before:]; !slices.Equal(got, []string{"test " + d["id"].(string)}) {
+		if got := rec.list()[before:]; !slices.Equal(got, []string{"auto " + d["id"].(string)}) {
 			t.Fatalf("enqueued %v", got)
 		}
 	}

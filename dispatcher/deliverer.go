@@ -55,13 +55,25 @@ type Result struct {
 	Succeeded bool   // this attempt got a 2xx
 }
 
-// Attempt runs one attempt of the delivery for trigger (auto, test or
-// manual; by names who asked for a manual one). It returns *RetryAt when the
+// Request names the attempt to make.
+type Request struct {
+	DeliveryID string
+	// Manual is a redelivery by hand (or by a replay job), made whatever
+	// the delivery's state; else the attempt is the automatic one due now.
+	Manual bool
+	// RequestID is the recorded redelivery request a manual attempt
+	// serves; the attempt is skipped if it was served already. Empty for
+	// replay jobs, which need no request.
+	RequestID string
+	By        string // who asked, for manual attempts
+}
+
+// Attempt makes one attempt of a delivery. It returns *RetryAt when the
 // queue should come back later (the schedule, a Retry-After, a held-back
 // delivery, or another attempt holding it).
-func (d *Deliverer) Attempt(ctx context.Context, deliveryID, trigger, by string) (Result, error) {
-	manual := trigger == webhookd.TriggerManual
-	l, err := d.db.LockDelivery(ctx, deliveryID, manual)
+func (d *Deliverer) Attempt(ctx context.Context, r Request) (Result, error) {
+	manual := r.Manual
+	l, err := d.db.LockDelivery(ctx, r.DeliveryID, manual)
 	switch {
 	case errors.Is(err, storage.ErrLocked):
 		return Result{}, &RetryAt{At: d.clock.Now().Add(time.Second), Reason: "another attempt holds the delivery"}
@@ -91,13 +103,21 @@ func (d *Deliverer) Attempt(ctx context.Context, deliveryID, trigger, by string)
 		if at, ok := d.heldBack(ctx, l.Endpoint, now); !ok {
 			return Result{Status: del.Status}, &RetryAt{At: at, Reason: "endpoint rate limit"}
 		}
+	} else if r.RequestID != "" && (l.ManualRequest == nil || *l.ManualRequest != r.RequestID) {
+		return Result{Status: del.Status}, nil // served already, or replaced by a newer request
 	} else if l.EndpointDeleted {
-		return Result{Status: del.Status}, nil // nowhere to send it
+		return Result{Status: del.Status}, l.Finish(ctx, nil, storage.Transition{Status: del.Status,
+			NextAttemptAt: del.NextAttemptAt, ManualDone: true, Now: now}) // nowhere to send it
 	}
 
+	trigger := l.Trigger
+	if manual {
+		trigger = webhookd.TriggerManual
+	}
 	a, resp := d.send(ctx, l, trigger)
 	out := Classify(d.clock.Now(), a.Number, d.schedule, resp)
-	t := transition(del.Status, manual, out, by, d.clock.Now())
+	t := transition(del.Status, manual, out, r.By, d.clock.Now())
+	t.ManualDone = r.RequestID != "" && manual
 	if err := l.Finish(ctx, &a, t); err != nil {
 		return Result{}, err
 	}
@@ -115,7 +135,7 @@ func (d *Deliverer) Attempt(ctx context.Context, deliveryID, trigger, by string)
 // Replay makes one manual attempt on behalf of by (a dead-letter replay job)
 // and tells whether it got a 2xx.
 func (d *Deliverer) Replay(ctx context.Context, deliveryID, by string) (bool, error) {
-	res, err := d.Attempt(ctx, deliveryID, webhookd.TriggerManual, by)
+	res, err := d.Attempt(ctx, Request{DeliveryID: deliveryID, Manual: true, By: by})
 	return res.Succeeded, err
 }
 

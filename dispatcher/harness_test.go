@@ -201,3 +201,16 @@ func waitFor(t testing.TB, within time.Duration, what string, cond func() bool) 
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// redeliver asks for a manual attempt as the API does: recorded, then queued.
+func (e *env) redeliver(id, by string) {
+	e.t.Helper()
+	ctx := context.Background()
+	req := storage.NewRequestID()
+	if _, err := e.db.Store().RequestRedelivery(ctx, e.project.ID, id, req, by); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.worker.Queue.EnqueueManual(ctx, req, id, by); err != nil {
+		e.t.Fatal(err)
+	}
+}

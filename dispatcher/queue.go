@@ -25,8 +25,9 @@ const DefaultQueue = "webhookd"
 // deliveryTask is the payload of a TaskDelivery.
 type deliveryTask struct {
 	DeliveryID string `json:"delivery_id"`
-	Trigger    string `json:"trigger"`      // auto, test or manual
-	By         string `json:"by,omitempty"` // who asked, for manual attempts
+	Manual     bool   `json:"manual,omitempty"`
+	RequestID  string `json:"request_id,omitempty"` // the redelivery request, for manual attempts
+	By         string `json:"by,omitempty"`         // who asked, for manual attempts
 }
 
 // Queue hands work to asynq. It is only a schedule: PostgreSQL stays the
@@ -52,22 +53,19 @@ func NewQueue(rdb redis.UniversalClient, queue string, taskTimeout time.Duration
 func (q *Queue) Enqueue(ctx context.Context, ds ...webhookd.ScheduledDelivery) error {
 	var errs []error
 	for _, d := range ds {
-		if err := q.enqueue(ctx, d.ID, deliveryTask{DeliveryID: d.ID, Trigger: webhookd.TriggerAuto}, d.DueAt); err != nil {
+		if err := q.enqueue(ctx, d.ID, deliveryTask{DeliveryID: d.ID}, d.DueAt); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// EnqueueTest schedules the first attempt of a test delivery now.
-func (q *Queue) EnqueueTest(ctx context.Context, deliveryID string) error {
-	return q.enqueue(ctx, deliveryID, deliveryTask{DeliveryID: deliveryID, Trigger: webhookd.TriggerTest}, time.Time{})
-}
-
-// EnqueueManual schedules one manual attempt of a delivery now, beside any
-// automatic task it has; taskID (a request id) keeps repeats apart.
-func (q *Queue) EnqueueManual(ctx context.Context, taskID, deliveryID, by string) error {
-	return q.enqueue(ctx, taskID, deliveryTask{DeliveryID: deliveryID, Trigger: webhookd.TriggerManual, By: by}, time.Time{})
+// EnqueueManual schedules the redelivery requestID of a delivery now, beside
+// any automatic task it has. The request must be recorded in PostgreSQL
+// first (storage RequestRedelivery): the attempt checks it there, and the
+// reconciler re-enqueues it from there.
+func (q *Queue) EnqueueManual(ctx context.Context, requestID, deliveryID, by string) error {
+	return q.enqueue(ctx, requestID, deliveryTask{DeliveryID: deliveryID, Manual: true, RequestID: requestID, By: by}, time.Time{})
 }
 
 // EnqueueJob schedules a background job now.

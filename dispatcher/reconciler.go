@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -45,13 +46,31 @@ func (r *Reconciler) RunOnce(ctx context.Context) (int, error) {
 			return total, err
 		}
 		if len(due) == 0 {
-			return total, r.enqueueJobs(ctx)
+			return total, errors.Join(r.enqueueRedeliveries(ctx), r.enqueueJobs(ctx))
 		}
 		if err := r.Queue.Enqueue(ctx, due...); err != nil {
 			return total, err
 		}
 		total += len(due)
 		after = due[len(due)-1].ID
+	}
+}
+
+// enqueueRedeliveries re-enqueues manual attempts asked for and not yet
+// made; TaskID = request id, so a live one is left alone.
+func (r *Reconciler) enqueueRedeliveries(ctx context.Context) error {
+	after := ""
+	for {
+		list, err := r.DB.Store().PendingRedeliveries(ctx, after, 500)
+		if err != nil || len(list) == 0 {
+			return err
+		}
+		for _, m := range list {
+			if err := r.Queue.EnqueueManual(ctx, m.RequestID, m.DeliveryID, m.By); err != nil {
+				return err
+			}
+		}
+		after = list[len(list)-1].DeliveryID
 	}
 }
 

@@ -179,7 +179,7 @@ func (w *Worker) handleDelivery(ctx context.Context, t *asynq.Task) error {
 		w.cfg.Logger.Error("dropping a delivery task with a bad payload", "err", err)
 		return nil
 	}
-	_, err := w.Deliverer.Attempt(ctx, p.DeliveryID, p.Trigger, p.By)
+	_, err := w.Deliverer.Attempt(ctx, Request{DeliveryID: p.DeliveryID, Manual: p.Manual, RequestID: p.RequestID, By: p.By})
 	return err
 }
 

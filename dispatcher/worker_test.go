@@ -462,12 +462,9 @@ func TestManualRedeliveryOfDeadLetter(t *testing.T) {
 	e.endpoint(rc.URL, nil)
 	id := e.publish("a", 1)[0]
 	e.waitStatus(id, webhookd.DeliveryDeadLetter, 10*time.Second)
-	ctx := context.Background()
 
 	// A failing manual attempt is logged and leaves it dead.
-	if err := e.worker.Queue.EnqueueManual(ctx, storage.NewRequestID(), id, "tester"); err != nil {
-		t.Fatal(err)
-	}
+	e.redeliver(id, "tester")
 	waitFor(t, 10*time.Second, "manual attempt logged", func() bool { return e.delivery(id).AttemptsCount == 2 })
 	if d := e.delivery(id); d.Status != webhookd.DeliveryDeadLetter || d.Attempts[1].Trigger != "manual" {
 		t.Fatalf("after a failed manual attempt: %s %+v", d.Status, d.Attempts[1])
@@ -475,9 +472,7 @@ func TestManualRedeliveryOfDeadLetter(t *testing.T) {
 	mu.Lock()
 	code = 200
 	mu.Unlock()
-	if err := e.worker.Queue.EnqueueManual(ctx, storage.NewRequestID(), id, "tester"); err != nil {
-		t.Fatal(err)
-	}
+	e.redeliver(id, "tester")
 	d := e.waitStatus(id, webhookd.DeliverySucceeded, 10*time.Second)
 	got := rc.requests()
 	if d.AttemptsCount != 3 || got[2].header.Get("X-Delivery-Attempt") != "3" || got[2].header.Get("X-Request-Id") == got[1].header.Get("X-Request-Id") {
@@ -485,5 +480,46 @@ func TestManualRedeliveryOfDeadLetter(t *testing.T) {
 	}
 	if n := e.count(`SELECT count(*) FROM dead_letters WHERE delivery_id = $1 AND replayed_at IS NOT NULL AND replayed_by = 'tester'`, id); n != 1 {
 		t.Fatal("the dead letter is not marked replayed")
+	}
+	if n := e.count(`SELECT count(*) FROM deliveries WHERE manual_request_id IS NOT NULL`); n != 0 {
+		t.Fatal("a served redelivery request is still pending")
+	}
+}
+
+func TestRedeliveryAndTestTriggerSurviveRedisFlush(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *dispatcher.Config) { c.ReconcileInterval = 200 * time.Millisecond })
+	e.worker.Stop() // nothing runs until Redis has been flushed
+	rc := newReceiver(t, status(200))
+	ep := e.endpoint(rc.URL, nil)
+	ctx := context.Background()
+	evs, err := e.db.Store().CreateEvents(ctx, e.project.ID, []storage.NewEvent{{Type: webhookd.TestEventType,
+		Data: json.RawMessage(`{}`), EndpointIDs: []string{ep.ID}, Trigger: webhookd.TriggerTest}}, time.Now(), func(int) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	testID := evs[0].Deliveries[0].ID
+	manualID := e.publish("a", 1)[0]
+	if _, err := e.db.Store().RequestRedelivery(ctx, e.project.ID, manualID, storage.NewRequestID(), "ops"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.redis.FlushDB(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	e.startWorker()
+	d := e.waitStatus(testID, webhookd.DeliverySucceeded, 10*time.Second)
+	if d.Attempts[0].Trigger != webhookd.TriggerTest {
+		t.Fatalf("test delivery logged as %q", d.Attempts[0].Trigger)
+	}
+	waitFor(t, 10*time.Second, "the redelivery request served", func() bool {
+		return e.count(`SELECT count(*) FROM deliveries WHERE manual_request_id IS NOT NULL`) == 0
+	})
+	d = e.delivery(manualID)
+	triggers := map[string]int{}
+	for _, a := range d.Attempts {
+		triggers[a.Trigger]++
+	}
+	if triggers["manual"] != 1 || d.Status != webhookd.DeliverySucceeded {
+		t.Fatalf("attempts %v, status %s; want one manual attempt", triggers, d.Status)
 	}
 }

@@ -34,6 +34,9 @@ type LockedDelivery struct {
 	Event           webhookd.Event
 	Endpoint        webhookd.Endpoint
 	EndpointDeleted bool
+	Trigger         string  // what automatic attempts are logged as: auto or test
+	ManualRequest   *string // the redelivery asked for and not yet made, if any
+	ManualBy        *string // who asked for it
 }
 
 // LockDelivery begins the transaction of one attempt. With wait false, a
@@ -53,13 +56,15 @@ func (db *DB) LockDelivery(ctx context.Context, id string, wait bool) (*LockedDe
 	d, ep, ev := &l.Delivery, &l.Endpoint, &l.Event
 	err = tx.QueryRow(ctx, `SELECT `+deliveryColumns+`,
 			e.type, e.data, e.external_id, e.created_at,
-			p.url, p.status, p.secret, p.previous_secret, p.previous_expires_at, p.rate_limit_per_second, p.deleted_at
+			p.url, p.status, p.secret, p.previous_secret, p.previous_expires_at, p.rate_limit_per_second, p.deleted_at,
+			d.trigger, d.manual_request_id, d.manual_requested_by
 		FROM deliveries d JOIN events e ON e.id = d.event_id JOIN endpoints p ON p.id = d.endpoint_id
 		WHERE d.id = $1 `+lock, id).Scan(
 		&d.ID, &d.ProjectID, &d.EventID, &d.EndpointID, &d.EventType, &d.Status, &d.AttemptsCount,
 		&d.NextAttemptAt, &d.LastStatusCode, &d.LastError, &d.CreatedAt, &d.UpdatedAt,
 		&ev.Type, &ev.Data, &ev.ExternalID, &ev.CreatedAt,
-		&ep.URL, &ep.Status, &ep.Secret, &ep.PreviousSecret, &ep.PreviousExpiresAt, &ep.RateLimitPerSecond, &deleted)
+		&ep.URL, &ep.Status, &ep.Secret, &ep.PreviousSecret, &ep.PreviousExpiresAt, &ep.RateLimitPerSecond, &deleted,
+		&l.Trigger, &l.ManualRequest, &l.ManualBy)
 	if errors.Is(err, pgx.ErrNoRows) {
 		tx.Rollback(ctx)
 		if !wait {
@@ -88,7 +93,10 @@ type Transition struct {
 	DeadLetterReason string     // when Status is dead_letter
 	DisableEndpoint  bool       // 410 Gone: disable with reason gone
 	ReplayedBy       string     // who replayed, when a dead letter now succeeded
-	Now              time.Time
+	// ManualDone clears the delivery's pending redelivery request: this
+	// attempt was it.
+	ManualDone bool
+	Now        time.Time
 }
 
 // Finish records the attempt (nil for none) and moves the delivery in the
@@ -115,8 +123,11 @@ func (l *LockedDelivery) Finish(ctx context.Context, a *webhookd.Attempt, t Tran
 		code, errText = d.LastStatusCode, d.LastError
 	}
 	_, err := l.tx.Exec(ctx, `UPDATE deliveries SET status = $2, attempts_count = $3, next_attempt_at = $4,
-			last_status_code = $5, last_error = $6, updated_at = $7 WHERE id = $1`,
-		d.ID, t.Status, count, t.NextAttemptAt, code, errText, t.Now)
+			last_status_code = $5, last_error = $6, updated_at = $7,
+			manual_request_id = CASE WHEN $8 THEN NULL ELSE manual_request_id END,
+			manual_requested_by = CASE WHEN $8 THEN NULL ELSE manual_requested_by END
+		WHERE id = $1`,
+		d.ID, t.Status, count, t.NextAttemptAt, code, errText, t.Now, t.ManualDone)
 	if err != nil {
 		return fmt.Errorf("update delivery: %w", err)
 	}
@@ -150,6 +161,37 @@ func (l *LockedDelivery) Finish(ctx context.Context, a *webhookd.Attempt, t Tran
 // Release ends the attempt's transaction without a change.
 func (l *LockedDelivery) Release(ctx context.Context) {
 	l.tx.Rollback(context.WithoutCancel(ctx))
+}
+
+// RequestRedelivery records that a manual attempt of the project's delivery
+// was asked for by by, as request requestID, and returns the delivery. A
+// request still pending is replaced: one attempt serves both.
+func (s *Store) RequestRedelivery(ctx context.Context, projectID, id, requestID, by string) (webhookd.Delivery, error) {
+	d, err := scanDelivery(s.q.QueryRow(ctx, `UPDATE deliveries d SET manual_request_id = $3, manual_requested_by = $4
+		WHERE d.id = $1 AND d.project_id = $2 RETURNING `+deliveryColumns, id, projectID, requestID, by))
+	return d, translate(err, "delivery")
+}
+
+// Redelivery is a pending manual attempt.
+type Redelivery struct {
+	DeliveryID string
+	RequestID  string
+	By         string
+}
+
+// PendingRedeliveries returns up to limit redeliveries not yet attempted,
+// after the delivery id after (for paging).
+func (s *Store) PendingRedeliveries(ctx context.Context, after string, limit int) ([]Redelivery, error) {
+	rows, err := s.q.Query(ctx, `SELECT id, manual_request_id, manual_requested_by FROM deliveries
+		WHERE manual_request_id IS NOT NULL AND id > $1 ORDER BY id LIMIT $2`, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("pending redeliveries: %w", err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Redelivery, error) {
+		var m Redelivery
+		err := r.Scan(&m.DeliveryID, &m.RequestID, &m.By)
+		return m, err
+	})
 }
 
 // DueDeliveries returns up to limit deliveries waiting for an attempt that

@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -18,6 +19,9 @@ type NewEvent struct {
 	Data        json.RawMessage
 	ExternalID  *string
 	EndpointIDs []string // when set, deliver to these endpoints only
+	// Trigger is what the automatic attempts of its deliveries are logged
+	// as: webhookd.TriggerTest for a test event, else "" (auto).
+	Trigger string
 }
 
 // CreateEvents writes the events and one pending delivery per matching
@@ -38,6 +42,7 @@ func (s *Store) CreateEvents(ctx context.Context, projectID string, evs []NewEve
 			extIDs            []*string
 			dIDs, dEvents     []string
 			dEndpoints, dType []string
+			dTrigger          []string
 		)
 		for i, ev := range evs {
 			e := webhookd.Event{ID: newID(prefixEvent), ProjectID: projectID, Type: ev.Type, Data: ev.Data,
@@ -47,6 +52,7 @@ func (s *Store) CreateEvents(ctx context.Context, projectID string, evs []NewEve
 				d := webhookd.DeliveryRef{ID: newID(prefixDelivery), EndpointID: ep, Status: webhookd.DeliveryPending}
 				e.Deliveries = append(e.Deliveries, d)
 				dIDs, dEvents, dEndpoints, dType = append(dIDs, d.ID), append(dEvents, e.ID), append(dEndpoints, ep), append(dType, e.Type)
+				dTrigger = append(dTrigger, cmp.Or(ev.Trigger, webhookd.TriggerAuto))
 			}
 			out[i] = e
 		}
@@ -70,10 +76,10 @@ func (s *Store) CreateEvents(ctx context.Context, projectID string, evs []NewEve
 			return nil
 		}
 		_, err = tx.Exec(ctx, `
-			INSERT INTO deliveries (id, project_id, event_id, endpoint_id, event_type, status, next_attempt_at, created_at, updated_at)
-			SELECT id, $1, ev, ep, typ, 'pending', $6, $6, $6
-			FROM unnest($2::text[], $3::text[], $4::text[], $5::text[]) AS t(id, ev, ep, typ)`,
-			projectID, dIDs, dEvents, dEndpoints, dType, now)
+			INSERT INTO deliveries (id, project_id, event_id, endpoint_id, event_type, trigger, status, next_attempt_at, created_at, updated_at)
+			SELECT id, $1, ev, ep, typ, trig, 'pending', $6, $6, $6
+			FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $7::text[]) AS t(id, ev, ep, typ, trig)`,
+			projectID, dIDs, dEvents, dEndpoints, dType, now, dTrigger)
 		return err
 	})
 	if err != nil {
