@@ -162,13 +162,14 @@ func (e *env) waitStatus(id, status string, within time.Duration) webhookd.Deliv
 	e.t.Helper()
 	deadline := time.Now().Add(within)
 	for {
-		d := e.delivery(id)
-		if d.Status == status {
+		// A read may meet a connection a fault drill just dropped: try again.
+		d, err := e.db.Store().GetDelivery(context.Background(), e.project.ID, id)
+		if err == nil && d.Status == status {
 			return d
 		}
 		if time.Now().After(deadline) {
-			e.t.Fatalf("delivery %s is %s after %v, want %s (attempts %d, last error %v)", id, d.Status, within, status,
-				d.AttemptsCount, deref(d.LastError))
+			e.t.Fatalf("delivery %s is %s after %v, want %s (attempts %d, last error %v, read error %v)", id, d.Status,
+				within, status, d.AttemptsCount, deref(d.LastError), err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -12,10 +12,12 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/jackc/pgx/v5"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/dispatcher"
+	"github.com/webhookd/webhookd/internal/testenv"
 	"github.com/webhookd/webhookd/storage"
 )
 
@@ -521,5 +523,47 @@ func TestRedeliveryAndTestTriggerSurviveRedisFlush(t *testing.T) {
 	}
 	if triggers["manual"] != 1 || d.Status != webhookd.DeliverySucceeded {
 		t.Fatalf("attempts %v, status %s; want one manual attempt", triggers, d.Status)
+	}
+}
+
+// TestDeliveriesSurviveDatabaseConnectionsDropped drops every PostgreSQL
+// connection of the worker mid-stream, as a PostgreSQL restart does: no
+// delivery is lost.
+func TestDeliveriesSurviveDatabaseConnectionsDropped(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *dispatcher.Config) {
+		c.Schedule = dispatcher.Schedule{time.Second, time.Second, time.Second, time.Second}
+		c.ReconcileInterval = 500 * time.Millisecond
+	})
+	rc := newReceiver(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+		time.Sleep(20 * time.Millisecond) // a receiver that takes a moment, so attempts are in flight
+		w.WriteHeader(200)
+	})
+	e.endpoint(rc.URL, nil)
+	ids := e.publish("a", 40)
+	waitFor(t, 10*time.Second, "some deliveries made", func() bool { return len(rc.requests()) >= 5 })
+	var app string
+	if err := e.db.Pool().QueryRow(context.Background(), `SELECT current_setting('application_name')`).Scan(&app); err != nil {
+		t.Fatal(err)
+	}
+	admin, err := pgx.Connect(context.Background(), testenv.DatabaseURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(context.Background())
+	var killed int
+	if err := admin.QueryRow(context.Background(), `SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE application_name = $1) t`, app).Scan(&killed); err != nil || killed == 0 {
+		t.Fatalf("terminated %d backends (%v)", killed, err)
+	}
+	for _, id := range ids {
+		e.waitStatus(id, webhookd.DeliverySucceeded, 30*time.Second)
+	}
+	seen := map[string]bool{}
+	for _, r := range rc.requests() {
+		seen[r.header.Get("webhook-id")] = true
+	}
+	if len(seen) != 40 {
+		t.Fatalf("receiver saw %d of 40 events", len(seen))
 	}
 }

@@ -49,8 +49,10 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 	if cfg.MaxConns > 0 {
 		pc.MaxConns = cfg.MaxConns
 	}
+	pc.ConnConfig.RuntimeParams["application_name"] = "webhookd"
 	if cfg.SearchPath != "" {
 		pc.ConnConfig.RuntimeParams["search_path"] = cfg.SearchPath
+		pc.ConnConfig.RuntimeParams["application_name"] = "webhookd " + cfg.SearchPath
 	}
 	pc.ConnConfig.RuntimeParams["timezone"] = "UTC"
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
