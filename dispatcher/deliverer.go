@@ -123,8 +123,8 @@ func (d *Deliverer) Attempt(ctx context.Context, r Request) (Result, error) {
 	}
 	d.metrics.observe(a, t.Status)
 	d.log.Info("delivery attempt", "delivery_id", del.ID, "event_id", del.EventID, "endpoint_id", del.EndpointID,
-		"attempt", a.Number, "trigger", trigger, "request_id", a.RequestID, "status_code", a.StatusCode,
-		"error", a.Error, "duration_ms", a.DurationMS, "outcome", t.Status)
+		"attempt", a.Number, "trigger", trigger, "request_id", a.RequestID, "status_code", orNil(a.StatusCode),
+		"error", orNil(a.Error), "duration_ms", a.DurationMS, "outcome", t.Status)
 	res := Result{Attempted: true, Status: t.Status, Succeeded: out.Status == webhookd.DeliverySucceeded}
 	if !manual && t.Status == webhookd.DeliveryRetrying {
 		return res, &RetryAt{At: *t.NextAttemptAt, Reason: "retry on schedule"}
@@ -257,4 +257,12 @@ func (d *Deliverer) readBody(resp *http.Response) string {
 		s = s[:len(s)-size]
 	}
 	return s
+}
+
+// orNil is what p points at, or nil, for a log line.
+func orNil[T any](p *T) any {
+	if p == nil {
+		return nil
+	}
+	return *p
 }

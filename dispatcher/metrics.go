@@ -3,7 +3,9 @@ package dispatcher
 import (
 	"strconv"
 
+	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/webhookd/webhookd"
 )
@@ -41,4 +43,30 @@ func (m *metrics) observe(a webhookd.Attempt, outcome string) {
 	}
 	m.attempts.WithLabelValues(a.Trigger, code, outcome).Inc()
 	m.duration.Observe(float64(a.DurationMS) / 1000)
+}
+
+// queueCollector reports the asynq queue's size by task state at each
+// scrape (nothing when Redis cannot be reached).
+type queueCollector struct {
+	inspector *asynq.Inspector
+	queue     string
+	desc      *prometheus.Desc
+}
+
+func newQueueCollector(rdb redis.UniversalClient, queue string) *queueCollector {
+	return &queueCollector{inspector: asynq.NewInspectorFromRedisClient(rdb), queue: queue,
+		desc: prometheus.NewDesc("webhookd_queue_tasks", "Tasks in the asynq queue by state.", []string{"state"}, nil)}
+}
+
+func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
+	info, err := c.inspector.GetQueueInfo(c.queue)
+	if err != nil {
+		return
+	}
+	for state, n := range map[string]int{"pending": info.Pending, "active": info.Active, "scheduled": info.Scheduled,
+		"retry": info.Retry, "archived": info.Archived} {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), state)
+	}
 }

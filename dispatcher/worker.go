@@ -131,6 +131,9 @@ func NewWorker(cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := cfg.Metrics.Register(newQueueCollector(cfg.Redis, cfg.Queue)); err != nil {
+		return nil, err
+	}
 	d := &Deliverer{db: cfg.DB, client: NewHTTPClient(cfg.HTTP), schedule: cfg.Schedule, clock: cfg.Clock,
 		log: cfg.Logger, limiter: redis_rate.NewLimiter(cfg.Redis), prefix: cfg.RateLimitPrefix, metrics: m,
 		bodyTimeout: cfg.HTTP.ResponseTimeout}

@@ -247,11 +247,6 @@ uuid() {
 }
 endpoint_idem_key=$(uuid)
 event_idem_key=$(uuid)
-if [[ -n ${WEBHOOKD_ADMIN_TOKEN:-} ]]; then
-	login="log in with \$WEBHOOKD_ADMIN_TOKEN"
-else
-	login="log in with the admin token webhookd prints below"
-fi
 throwaway_note=""
 if $started_pg || $started_redis; then
 	throwaway_note="  (throwaway servers are deleted when this stops)"
@@ -262,14 +257,14 @@ cat <<EOF
 ==============================================================================
  webhookd (make run)
    API:        $api_url
-   Dashboard:  $dash_url  ($login)
+   Health:     $dash_url/healthz, /readyz, /metrics  (the dashboard is not built yet)
    PostgreSQL: $(redact "$WEBHOOKD_DATABASE_URL")$($started_pg && echo '  [throwaway]')
    Redis:      $(redact "$WEBHOOKD_REDIS_URL")$($started_redis && echo '  [throwaway]')$throwaway_note
    API key:    $api_key
                (a new key for project "dev"; every make run adds one)
 
  Try it from another terminal (start any HTTP receiver on 127.0.0.1:9000
- first, or watch the delivery fail and retry in the dashboard):
+ first, or watch the delivery fail and retry with GET /v1/deliveries):
 
    export API_KEY='$api_key'
 
@@ -282,6 +277,8 @@ cat <<EOF
      -H "Authorization: Bearer \$API_KEY" -H 'Content-Type: application/json' \\
      -H 'Idempotency-Key: $event_idem_key' \\
      -d '{"type":"order.created","data":{"order_id":"ord_1","amount":4200}}'
+
+   curl -sS $api_url/v1/deliveries -H "Authorization: Bearer \$API_KEY"
 
  Every POST needs an Idempotency-Key: repeating a command as it is replays
  the first answer (Idempotent-Replayed: true); use a new key for a new event.

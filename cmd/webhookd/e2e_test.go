@@ -97,4 +97,16 @@ func TestAllDeliversSignedAndReplaysDeadLetters(t *testing.T) {
 	if dl := call("GET", "/v1/dead-letters", "", false)["data"].([]any)[0].(map[string]any); dl["replayed_at"] == nil {
 		t.Fatalf("dead letter not marked replayed: %v", dl)
 	}
+	resp, err := http.Get("http://" + m.OpsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, name := range []string{`webhookd_delivery_attempts_total{code="4xx",outcome="dead_letter",trigger="auto"} 1`,
+		`webhookd_delivery_attempts_total{code="2xx",outcome="succeeded",trigger="manual"} 1`, `webhookd_queue_tasks{state="pending"}`} {
+		if !strings.Contains(string(metrics), name) {
+			t.Errorf("/metrics lacks %s", name)
+		}
+	}
 }

@@ -142,7 +142,7 @@ func (m *Main) Start(ctx context.Context, roles Roles) error {
 			return err
 		}
 		m.OpsAddr = addr
-		m.Logger.Info("dashboard listening", "addr", addr)
+		m.Logger.Info("health and metrics listening", "addr", addr, "paths", "/healthz /readyz /metrics")
 	}
 	return nil
 }
