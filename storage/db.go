@@ -119,13 +119,20 @@ type querier interface {
 // Store runs the queries of webhookd on the pool or inside one transaction.
 type Store struct {
 	q querier
+	// tx is set when the Store works inside a transaction whose caller
+	// already decides on commit or rollback (WithIdempotency): multi-row
+	// work then runs in it directly, without a savepoint of its own.
+	tx pgx.Tx
 }
 
 // Store returns a Store working directly on the pool.
 func (db *DB) Store() *Store { return &Store{q: db.pool} }
 
-// inTx runs fn in a transaction (a savepoint when s is already in one).
+// inTx runs fn in a transaction: the Store's own one, or a new one.
 func (s *Store) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	if s.tx != nil {
+		return fn(s.tx)
+	}
 	return pgx.BeginFunc(ctx, s.q, fn)
 }
 

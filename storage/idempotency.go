@@ -65,19 +65,27 @@ func (db *DB) tryIdempotent(ctx context.Context, k IdempotencyKey, now time.Time
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
 
-	waitMS := max(wait.Milliseconds(), 1)
-	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", waitMS)); err != nil {
-		return StoredResponse{}, false, fmt.Errorf("set lock timeout: %w", err)
-	}
+	// Claim the key, waiting at most wait for a concurrent holder: one round
+	// trip for the lock timeout and the insert.
 	var mine bool
-	err = tx.QueryRow(ctx, `
+	batch := &pgx.Batch{}
+	batch.Queue(fmt.Sprintf("SET LOCAL lock_timeout = %d", max(wait.Milliseconds(), 1)))
+	batch.Queue(`
 		INSERT INTO idempotency_records (project_id, key, fingerprint, created_at, expires_at)
 		VALUES ($1, $2, $3, $4, $5)
 		ON CONFLICT (project_id, key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint,
 			status_code = NULL, content_type = NULL, response_body = NULL,
 			created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
 		WHERE idempotency_records.expires_at <= EXCLUDED.created_at
-		RETURNING true`, k.ProjectID, k.Key, k.Fingerprint[:], now, now.Add(k.TTL)).Scan(&mine)
+		RETURNING true`, k.ProjectID, k.Key, k.Fingerprint[:], now, now.Add(k.TTL))
+	br := tx.SendBatch(ctx, batch)
+	_, err = br.Exec()
+	if err == nil {
+		err = br.QueryRow().Scan(&mine)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
 	switch code, _ := pgCode(err); {
 	case code == "55P03": // lock_not_available: the first request is still running
 		return StoredResponse{}, false, &webhookd.Error{Code: webhookd.CodeIdempotencyKeyInProgress,
@@ -88,25 +96,19 @@ func (db *DB) tryIdempotent(ctx context.Context, k IdempotencyKey, now time.Time
 	case err != nil:
 		return StoredResponse{}, false, fmt.Errorf("claim idempotency key: %w", err)
 	}
-	if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = 0"); err != nil {
-		return StoredResponse{}, false, fmt.Errorf("reset lock timeout: %w", err)
-	}
-
-	work, err := tx.Begin(ctx) // a savepoint: a 4xx undoes the work but keeps the record
-	if err != nil {
+	// The work runs after a savepoint, so a 4xx can undo it and keep the
+	// record; no lock timeout applies to it.
+	if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = 0; SAVEPOINT work"); err != nil {
 		return StoredResponse{}, false, fmt.Errorf("savepoint: %w", err)
 	}
-	resp, err := fn(&Store{q: work})
+	resp, err := fn(&Store{q: tx, tx: tx})
 	if err != nil || !resp.remembered() {
 		return resp, false, err
 	}
 	if resp.StatusCode >= 400 {
-		err = work.Rollback(ctx)
-	} else {
-		err = work.Commit(ctx)
-	}
-	if err != nil {
-		return StoredResponse{}, false, fmt.Errorf("release savepoint: %w", err)
+		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT work"); err != nil {
+			return StoredResponse{}, false, fmt.Errorf("roll back the work: %w", err)
+		}
 	}
 	if _, err := tx.Exec(ctx, `UPDATE idempotency_records SET status_code = $3, content_type = $4, response_body = $5
 		WHERE project_id = $1 AND key = $2`, k.ProjectID, k.Key, resp.StatusCode, resp.ContentType, resp.Body); err != nil {
