@@ -100,60 +100,49 @@ type Transition struct {
 }
 
 // Finish records the attempt (nil for none) and moves the delivery in the
-// transaction LockDelivery began, then commits.
+// transaction LockDelivery began, then commits. Its statements travel in one
+// batch: one round trip before the commit.
 func (l *LockedDelivery) Finish(ctx context.Context, a *webhookd.Attempt, t Transition) error {
 	defer l.tx.Rollback(context.WithoutCancel(ctx))
 	d := l.Delivery
-	var code *int
-	var errText *string
-	count := d.AttemptsCount
+	b := &pgx.Batch{}
+	code, errText, count := d.LastStatusCode, d.LastError, d.AttemptsCount
 	if a != nil {
 		reqH, _ := json.Marshal(a.RequestHeaders)
 		respH, _ := json.Marshal(a.ResponseHeaders)
-		_, err := l.tx.Exec(ctx, `INSERT INTO attempts (delivery_id, number, request_id, url, trigger, status_code, error,
+		b.Queue(`INSERT INTO attempts (delivery_id, number, request_id, url, trigger, status_code, error,
 				duration_ms, started_at, request_headers, response_headers, response_body)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
 			d.ID, a.Number, a.RequestID, a.URL, a.Trigger, a.StatusCode, a.Error, a.DurationMS, a.StartedAt,
 			reqH, respH, a.ResponseBody)
-		if err != nil {
-			return fmt.Errorf("insert attempt: %w", err)
-		}
 		code, errText, count = a.StatusCode, a.Error, a.Number
-	} else {
-		code, errText = d.LastStatusCode, d.LastError
 	}
-	_, err := l.tx.Exec(ctx, `UPDATE deliveries SET status = $2, attempts_count = $3, next_attempt_at = $4,
+	b.Queue(`UPDATE deliveries SET status = $2, attempts_count = $3, next_attempt_at = $4,
 			last_status_code = $5, last_error = $6, updated_at = $7,
 			manual_request_id = CASE WHEN $8 THEN NULL ELSE manual_request_id END,
 			manual_requested_by = CASE WHEN $8 THEN NULL ELSE manual_requested_by END
 		WHERE id = $1`,
 		d.ID, t.Status, count, t.NextAttemptAt, code, errText, t.Now, t.ManualDone)
-	if err != nil {
-		return fmt.Errorf("update delivery: %w", err)
-	}
 	switch {
 	case t.Status == webhookd.DeliveryDeadLetter && d.Status != webhookd.DeliveryDeadLetter:
-		_, err = l.tx.Exec(ctx, `INSERT INTO dead_letters (id, project_id, delivery_id, event_id, endpoint_id, event_type,
+		b.Queue(`INSERT INTO dead_letters (id, project_id, delivery_id, event_id, endpoint_id, event_type,
 				reason, last_status_code, dead_lettered_at)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 			ON CONFLICT (delivery_id) DO UPDATE SET reason = EXCLUDED.reason, last_status_code = EXCLUDED.last_status_code,
 				dead_lettered_at = EXCLUDED.dead_lettered_at, replayed_at = NULL, replayed_by = NULL`,
 			newID(prefixDeadLetter), d.ProjectID, d.ID, d.EventID, d.EndpointID, d.EventType, t.DeadLetterReason, code, t.Now)
 	case t.Status == webhookd.DeliveryDeadLetter:
-		_, err = l.tx.Exec(ctx, `UPDATE dead_letters SET last_status_code = $2 WHERE delivery_id = $1`, d.ID, code)
+		b.Queue(`UPDATE dead_letters SET last_status_code = $2 WHERE delivery_id = $1`, d.ID, code)
 	case t.Status == webhookd.DeliverySucceeded && d.Status == webhookd.DeliveryDeadLetter:
-		_, err = l.tx.Exec(ctx, `UPDATE dead_letters SET replayed_at = $2, replayed_by = $3 WHERE delivery_id = $1`,
+		b.Queue(`UPDATE dead_letters SET replayed_at = $2, replayed_by = $3 WHERE delivery_id = $1`,
 			d.ID, t.Now, t.ReplayedBy)
 	}
-	if err != nil {
-		return fmt.Errorf("dead letter: %w", err)
-	}
 	if t.DisableEndpoint {
-		_, err = l.tx.Exec(ctx, `UPDATE endpoints SET status = 'disabled', disabled_reason = 'gone',
+		b.Queue(`UPDATE endpoints SET status = 'disabled', disabled_reason = 'gone',
 			version = version + 1, updated_at = $2 WHERE id = $1 AND status = 'active'`, d.EndpointID, t.Now)
-		if err != nil {
-			return fmt.Errorf("disable endpoint: %w", err)
-		}
+	}
+	if err := l.tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("record attempt of %s: %w", d.ID, err)
 	}
 	return l.tx.Commit(ctx)
 }
