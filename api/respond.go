@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -46,9 +47,15 @@ func appError(err error) *webhookd.Error {
 	if errors.As(err, &e) {
 		return e
 	}
-	var ce *pgconn.ConnectError
-	var ne net.Error
-	if errors.As(err, &ce) || errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) {
+	var (
+		ce *pgconn.ConnectError
+		ne net.Error
+		pe *pgconn.PgError
+	)
+	// Connection exceptions (08) and operator intervention (57: shutdown,
+	// restart) mean PostgreSQL is going or coming back.
+	outage := errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "08") || strings.HasPrefix(pe.Code, "57"))
+	if outage || errors.As(err, &ce) || errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) {
 		return &webhookd.Error{Code: webhookd.CodeUnavailable, Message: "the service is temporarily unavailable; retry later"}
 	}
 	return &webhookd.Error{Code: webhookd.CodeInternal, Message: "internal error"}
