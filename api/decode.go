@@ -37,7 +37,11 @@ func decodeObject(body []byte, prefix string, fields map[string]any) (map[string
 	for _, k := range keys {
 		dst, ok := fields[k]
 		if !ok {
-			return nil, webhookd.Invalid(prefix+k, "unknown field")
+			name := k
+			if name == "" {
+				name = `""`
+			}
+			return nil, webhookd.Invalid(prefix+name, "unknown field")
 		}
 		if err := json.Unmarshal(obj[k], dst); err != nil {
 			return nil, webhookd.Invalid(prefix+k, "must be %s", describe(reflect.TypeOf(dst).Elem()))
