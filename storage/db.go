@@ -78,6 +78,29 @@ func (db *DB) Ping(ctx context.Context) error { return db.pool.Ping(ctx) }
 // Migrate applies the embedded migrations. It is safe to run twice and from
 // two processes at once: goose holds a PostgreSQL advisory lock meanwhile.
 func (db *DB) Migrate(ctx context.Context) error {
+	return db.withMigrations(ctx, func(p *goose.Provider) error {
+		_, err := p.Up(ctx)
+		return err
+	})
+}
+
+// CheckMigrated returns an error when migrations are pending, so a process
+// refuses to start on a database `webhookd migrate` has not brought up to
+// date.
+func (db *DB) CheckMigrated(ctx context.Context) error {
+	return db.withMigrations(ctx, func(p *goose.Provider) error {
+		current, target, err := p.GetVersions(ctx)
+		if err != nil {
+			return err
+		}
+		if current < target {
+			return fmt.Errorf("the database schema is at version %d, this webhookd needs %d: run `webhookd migrate` first", current, target)
+		}
+		return nil
+	})
+}
+
+func (db *DB) withMigrations(ctx context.Context, fn func(*goose.Provider) error) error {
 	sub, err := fs.Sub(migrations, "migrations")
 	if err != nil {
 		return err
@@ -101,8 +124,8 @@ func (db *DB) Migrate(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("migration provider: %w", err)
 	}
-	if _, err := provider.Up(ctx); err != nil {
-		return fmt.Errorf("migrate: %w", err)
+	if err := fn(provider); err != nil {
+		return fmt.Errorf("migrations: %w", err)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package storage_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 
@@ -66,5 +67,25 @@ func TestConstraintsRefuseImpossibleStates(t *testing.T) {
 		if _, err := db.Pool().Exec(ctx, c.sql); err == nil {
 			t.Errorf("%s: accepted", c.name)
 		}
+	}
+}
+
+func TestCheckMigrated(t *testing.T) {
+	t.Parallel()
+	name, _ := testenv.Schema(t)
+	ctx := context.Background()
+	db, err := storage.Open(ctx, storage.Config{URL: testenv.DatabaseURL(), SearchPath: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+	if err := db.CheckMigrated(ctx); err == nil || !strings.Contains(err.Error(), "webhookd migrate") {
+		t.Fatalf("an empty schema passed the check: %v", err)
+	}
+	if err := db.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.CheckMigrated(ctx); err != nil {
+		t.Fatalf("a migrated schema failed the check: %v", err)
 	}
 }

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/webhookd/webhookd/storage"
 )
 
@@ -38,6 +40,10 @@ func main() {
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(os.Stderr, "webhookd:", err)
+			var pe *pgconn.PgError
+			if errors.As(err, &pe) && pe.Code == "42P01" { // undefined_table
+				fmt.Fprintln(os.Stderr, "webhookd: the database has no webhookd tables yet: run `webhookd migrate` first")
+			}
 		}
 		os.Exit(2)
 	}

@@ -94,6 +94,9 @@ func (m *Main) Start(ctx context.Context, roles Roles) error {
 	if err := m.OpenDB(ctx); err != nil {
 		return err
 	}
+	if err := m.DB.CheckMigrated(ctx); err != nil {
+		return err
+	}
 	if err := m.OpenRedis(); err != nil {
 		return err
 	}
