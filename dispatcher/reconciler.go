@@ -10,6 +10,10 @@ import (
 	"github.com/webhookd/webhookd/storage"
 )
 
+// DefaultReconcileMaxPerPass is how many due deliveries one reconciler pass
+// offers to the queue at most.
+const DefaultReconcileMaxPerPass = 10000
+
 // Reconciler re-enqueues every delivery PostgreSQL says is due. Enqueueing
 // uses TaskID = delivery id, so a delivery that still has a live task is
 // left alone (asynq answers ErrTaskIDConflict) and one whose task was lost
@@ -20,6 +24,11 @@ type Reconciler struct {
 	Interval time.Duration
 	Clock    webhookd.Clock
 	Logger   *slog.Logger
+	// MaxPerPass bounds one pass, so a large backlog of due deliveries
+	// (each a Redis call, most answered "already queued") costs a bounded
+	// amount every Interval; default DefaultReconcileMaxPerPass. A lost
+	// schedule larger than that is rebuilt over several passes.
+	MaxPerPass int
 
 	loop
 }
@@ -35,25 +44,22 @@ func (r *Reconciler) Start(ctx context.Context) {
 	})
 }
 
-// RunOnce enqueues every due delivery and returns how many it looked at.
+// RunOnce offers the due deliveries to the queue, the longest overdue
+// first and at most MaxPerPass of them, then the pending redeliveries and
+// runnable jobs. It returns how many deliveries it offered.
 func (r *Reconciler) RunOnce(ctx context.Context) (int, error) {
-	const page = 500
-	now := r.Clock.Now()
-	after, total := "", 0
-	for {
-		due, err := r.DB.Store().DueDeliveries(ctx, now, after, page)
-		if err != nil {
-			return total, err
-		}
-		if len(due) == 0 {
-			return total, errors.Join(r.enqueueRedeliveries(ctx), r.enqueueJobs(ctx))
-		}
-		if err := r.Queue.Enqueue(ctx, due...); err != nil {
-			return total, err
-		}
-		total += len(due)
-		after = due[len(due)-1].ID
+	limit := r.MaxPerPass
+	if limit <= 0 {
+		limit = DefaultReconcileMaxPerPass
 	}
+	due, err := r.DB.Store().DueDeliveries(ctx, r.Clock.Now(), limit)
+	if err != nil {
+		return 0, err
+	}
+	if err := r.Queue.Enqueue(ctx, due...); err != nil {
+		return 0, err
+	}
+	return len(due), errors.Join(r.enqueueRedeliveries(ctx), r.enqueueJobs(ctx))
 }
 
 // enqueueRedeliveries re-enqueues manual attempts asked for and not yet

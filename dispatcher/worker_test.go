@@ -567,3 +567,33 @@ func TestDeliveriesSurviveDatabaseConnectionsDropped(t *testing.T) {
 		t.Fatalf("receiver saw %d of 40 events", len(seen))
 	}
 }
+
+func TestReconcilerPassIsBoundedOldestFirst(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	e.worker.Stop()
+	ctx := context.Background()
+	e.endpoint("http://127.0.0.1:9/", nil)
+	base := time.Now().Add(-time.Hour)
+	var want []string
+	for i := range 25 {
+		evs, err := e.db.Store().CreateEvents(ctx, e.project.ID, []storage.NewEvent{{Type: "a", Data: json.RawMessage("1")}},
+			base.Add(time.Duration(24-i)*time.Second), func(int) string { return "" }) // later rows are due earlier
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append([]string{evs[0].Deliveries[0].ID}, want...)
+	}
+	rec := &dispatcher.Reconciler{DB: e.db, Queue: e.worker.Queue, Clock: webhookd.SystemClock{}, MaxPerPass: 10}
+	n, err := rec.RunOnce(ctx)
+	if err != nil || n != 10 {
+		t.Fatalf("offered %d (%v), want 10", n, err)
+	}
+	insp := asynq.NewInspectorFromRedisClient(e.redis)
+	for i, id := range want {
+		_, err := insp.GetTaskInfo(dispatcher.DefaultQueue, id)
+		if queued := err == nil; queued != (i < 10) {
+			t.Errorf("delivery %d (due %d s after the first): queued=%v", i, i, queued)
+		}
+	}
+}

@@ -183,11 +183,11 @@ func (s *Store) PendingRedeliveries(ctx context.Context, after string, limit int
 	})
 }
 
-// DueDeliveries returns up to limit deliveries waiting for an attempt that
-// is due at or before until, earliest first, after the id after (for paging).
-func (s *Store) DueDeliveries(ctx context.Context, until time.Time, after string, limit int) ([]webhookd.ScheduledDelivery, error) {
+// DueDeliveries returns up to limit deliveries whose attempt is due at or
+// before until, the longest overdue first.
+func (s *Store) DueDeliveries(ctx context.Context, until time.Time, limit int) ([]webhookd.ScheduledDelivery, error) {
 	rows, err := s.q.Query(ctx, `SELECT id, next_attempt_at FROM deliveries
-		WHERE next_attempt_at <= $1 AND id > $2 ORDER BY id LIMIT $3`, until, after, limit)
+		WHERE next_attempt_at <= $1 ORDER BY next_attempt_at, id LIMIT $2`, until, limit)
 	if err != nil {
 		return nil, fmt.Errorf("due deliveries: %w", err)
 	}
