@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/webhookd/webhookd/storage"
 )
@@ -79,6 +81,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	m := NewMain(cfg, stderr)
 	defer m.Close()
+	redis.SetLogger(redisLogger{m.Logger}) // go-redis's own lines, as ours
 	switch cmd {
 	case "migrate":
 		if err := m.OpenDB(ctx); err != nil {
@@ -115,4 +118,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprint(stderr, usage)
 		return fmt.Errorf("unknown command %q (want one of %s)", cmd, strings.Join([]string{"all", "serve", "worker", "migrate", "keys create"}, ", "))
 	}
+}
+
+// redisLogger sends go-redis's internal log lines (failed dials while Redis
+// is away) to slog as warnings, instead of bare lines on stderr.
+type redisLogger struct{ l *slog.Logger }
+
+func (r redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	r.l.WarnContext(ctx, fmt.Sprintf(format, v...), "component", "redis")
 }
