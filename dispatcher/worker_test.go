@@ -117,15 +117,21 @@ func TestRetriesOnScheduleThenSucceeds(t *testing.T) {
 
 func TestExhaustedThenDeadLetterThenSilence(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *dispatcher.Config) {
-		c.Schedule = dispatcher.Schedule{200 * time.Millisecond, 200 * time.Millisecond, 200 * time.Millisecond, 200 * time.Millisecond}
-	})
+	schedule := dispatcher.Schedule{time.Second, 2 * time.Second, 3 * time.Second, 4 * time.Second}
+	e := newEnv(t, func(c *dispatcher.Config) { c.Schedule = schedule })
 	rc := newReceiver(t, status(500))
 	e.endpoint(rc.URL, nil)
 	id := e.publish("a", 1)[0]
-	d := e.waitStatus(id, webhookd.DeliveryDeadLetter, 20*time.Second)
-	if d.AttemptsCount != 5 || len(rc.requests()) != 5 {
-		t.Fatalf("%d attempts, %d requests; want 5", d.AttemptsCount, len(rc.requests()))
+	d := e.waitStatus(id, webhookd.DeliveryDeadLetter, 30*time.Second)
+	got := rc.requests()
+	if d.AttemptsCount != 5 || len(got) != 5 {
+		t.Fatalf("%d attempts, %d requests; want 5", d.AttemptsCount, len(got))
+	}
+	// 1s,2s,3s,4s keeps time to about a second, and never comes early.
+	for i, want := range schedule {
+		if gap := got[i+1].at.Sub(got[i].at); gap < want || gap > want+1500*time.Millisecond {
+			t.Errorf("gap before attempt %d: %v, want %v to %v", i+2, gap, want, want+1500*time.Millisecond)
+		}
 	}
 	if n := e.count(`SELECT count(*) FROM dead_letters WHERE delivery_id = $1 AND reason = 'exhausted' AND last_status_code = 500`, id); n != 1 {
 		t.Fatalf("%d exhausted dead letters", n)
