@@ -28,14 +28,7 @@ func (s *Server) listDeadLetters(c *call) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	out := listJSON[deadLetterJSON]{Data: make([]deadLetterJSON, len(list))}
-	for i, d := range list {
-		out.Data[i] = deadLetterOut(d)
-	}
-	if more {
-		out.NextCursor = cursorAfter(list[len(list)-1].ID)
-	}
-	return http.StatusOK, out, nil
+	return http.StatusOK, pageOut(list, more, deadLetterOut, func(v webhookd.DeadLetter) string { return v.ID }), nil
 }
 
 // replayDeadLetters serves POST /v1/dead-letters/replay: it takes the list's

@@ -39,14 +39,7 @@ func (s *Server) listDeliveries(c *call) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	out := listJSON[deliveryJSON]{Data: make([]deliveryJSON, len(list))}
-	for i, d := range list {
-		out.Data[i] = deliveryOut(d)
-	}
-	if more {
-		out.NextCursor = cursorAfter(list[len(list)-1].ID)
-	}
-	return http.StatusOK, out, nil
+	return http.StatusOK, pageOut(list, more, deliveryOut, func(v webhookd.Delivery) string { return v.ID }), nil
 }
 
 // getDelivery serves GET /v1/deliveries/{id}: the delivery with its

@@ -140,14 +140,7 @@ func (s *Server) listEndpoints(c *call) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	out := listJSON[endpointJSON]{Data: make([]endpointJSON, len(list))}
-	for i, e := range list {
-		out.Data[i] = endpointOut(e)
-	}
-	if more {
-		out.NextCursor = cursorAfter(list[len(list)-1].ID)
-	}
-	return http.StatusOK, out, nil
+	return http.StatusOK, pageOut(list, more, endpointOut, func(v webhookd.Endpoint) string { return v.ID }), nil
 }
 
 // getEndpoint serves GET /v1/endpoints/{id}.

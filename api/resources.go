@@ -25,6 +25,19 @@ type listJSON[T any] struct {
 	NextCursor *string `json:"next_cursor"`
 }
 
+// pageOut renders one page of a list; more says a next page follows the
+// last item, whose id makes the cursor.
+func pageOut[T, J any](list []T, more bool, render func(T) J, id func(T) string) listJSON[J] {
+	out := listJSON[J]{Data: make([]J, len(list))}
+	for i, v := range list {
+		out.Data[i] = render(v)
+	}
+	if more {
+		out.NextCursor = cursorAfter(id(list[len(list)-1]))
+	}
+	return out
+}
+
 type deliveryRefJSON struct {
 	ID         string `json:"id"`
 	EndpointID string `json:"endpoint_id"`
