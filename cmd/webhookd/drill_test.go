@@ -4,14 +4,19 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/internal/testenv"
@@ -122,5 +127,98 @@ func TestWorkerKilledMidAttemptLosesNothing(t *testing.T) {
 	defer mu.Unlock()
 	if len(ids) < 2 || ids[0] != ids[1] || ids[0] != evs[0].ID {
 		t.Fatalf("receiver saw %v; want the event again after the kill", ids)
+	}
+}
+
+// startRedis runs a throwaway redis-server (no persistence) on port and
+// returns a function that kills it with SIGKILL.
+func startRedis(t *testing.T, port string) (kill func()) {
+	t.Helper()
+	cmd := exec.Command("redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
+	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("redis-server (Debian package redis-server): %v", err)
+	}
+	done := false
+	kill = func() {
+		if !done {
+			cmd.Process.Signal(syscall.SIGKILL)
+			cmd.Wait()
+			done = true
+		}
+	}
+	t.Cleanup(kill)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.Dial("tcp", "127.0.0.1:"+port)
+		if err == nil {
+			c.Close()
+			return kill
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redis-server on %s did not start", port)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestRedisLostEntirelyLosesNothing kills webhookd's Redis (which keeps
+// nothing on disk), accepts events while it is gone, and brings back an
+// empty one: every event is delivered.
+func TestRedisLostEntirelyLosesNothing(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	ln.Close()
+	kill := startRedis(t, port)
+
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen[r.Header.Get("webhook-id")] = true
+		mu.Unlock()
+		w.WriteHeader(204)
+	}))
+	t.Cleanup(rc.Close)
+	m, key := startMain(t, Roles{API: true, Worker: true}, func(c *Config) {
+		c.RedisURL, c.AllowPrivateNetworks, c.RetrySchedule = "redis://127.0.0.1:"+port+"/0", true, "1s"
+	})
+	post := func(path, body string) {
+		t.Helper()
+		req, _ := http.NewRequest("POST", "http://"+m.APIAddr+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+key)
+		req.Header.Set("Idempotency-Key", uuid.NewString())
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode >= 300 {
+			t.Fatalf("POST %s: %d", path, resp.StatusCode)
+		}
+	}
+	post("/v1/endpoints", `{"url":"`+rc.URL+`"}`)
+	post("/v1/events", `{"type":"before","data":1}`)
+	kill() // Redis and its whole schedule are gone
+	for i := range 10 {
+		post("/v1/events", `{"type":"during","data":`+strconv.Itoa(i)+`}`)
+	}
+	startRedis(t, port) // an empty Redis comes back
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		mu.Lock()
+		n := len(seen)
+		mu.Unlock()
+		if n == 11 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 11 events delivered within 60s of Redis coming back", n)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
