@@ -18,6 +18,7 @@ const (
 	CodeIdempotencyKeyInProgress = "idempotency_key_in_progress"
 	CodeExternalIDTaken          = "external_id_taken"
 	CodeVersionMismatch          = "version_mismatch"
+	CodeEndpointDisabled         = "endpoint_disabled" // 409: a redelivery to a disabled endpoint
 	CodePayloadTooLarge          = "payload_too_large"
 	CodeRateLimited              = "rate_limited"
 	CodeUnavailable              = "unavailable"

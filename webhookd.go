@@ -184,8 +184,9 @@ type Enqueuer interface {
 
 // ScheduledDelivery names a delivery and when it is due.
 type ScheduledDelivery struct {
-	ID    string
-	DueAt time.Time
+	ID         string
+	EndpointID string // lets a worker hold the delivery back for its endpoint without a database read
+	DueAt      time.Time
 }
 
 // Clock tells the time; tests inject their own.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/api"
+	"github.com/webhookd/webhookd/internal/testenv"
 	"github.com/webhookd/webhookd/storage"
 )
 
@@ -97,28 +98,10 @@ func (h *harness) send(typ string, endpointIDs ...string) (string, []string) {
 // harness clock).
 func (h *harness) attempt(deliveryID string, a webhookd.Attempt, t storage.Transition) webhookd.Attempt {
 	h.t.Helper()
-	ctx := context.Background()
-	l, err := h.db.LockDelivery(ctx, deliveryID, true)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	a.DeliveryID, a.Number, a.RequestID = deliveryID, l.Delivery.AttemptsCount+1, storage.NewRequestID()
-	if a.URL == "" {
-		a.URL = "http://127.0.0.1:9/hook"
-	}
-	if a.Trigger == "" {
-		a.Trigger = webhookd.TriggerAuto
-	}
-	if a.StartedAt.IsZero() {
-		a.StartedAt = h.clock.Now()
-	}
 	if t.Now.IsZero() {
 		t.Now = h.clock.Now()
 	}
-	if err := l.Finish(ctx, &a, t); err != nil {
-		h.t.Fatal(err)
-	}
-	return a
+	return testenv.Record(h.t, h.db, deliveryID, a, t)
 }
 
 // deadLetter moves the delivery to the dead letters after a 500.

@@ -97,7 +97,7 @@ func (s *Server) enqueue(ctx context.Context, now time.Time, evs []webhookd.Even
 	var due []webhookd.ScheduledDelivery
 	for _, e := range evs {
 		for _, d := range e.Deliveries {
-			due = append(due, webhookd.ScheduledDelivery{ID: d.ID, DueAt: now})
+			due = append(due, webhookd.ScheduledDelivery{ID: d.ID, EndpointID: d.EndpointID, DueAt: now})
 		}
 	}
 	if len(due) == 0 {

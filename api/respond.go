@@ -26,7 +26,7 @@ func statusOf(code string) int {
 		return http.StatusBadRequest
 	case webhookd.CodeIdempotencyKeyMismatch:
 		return http.StatusUnprocessableEntity
-	case webhookd.CodeIdempotencyKeyInProgress, webhookd.CodeExternalIDTaken:
+	case webhookd.CodeIdempotencyKeyInProgress, webhookd.CodeExternalIDTaken, webhookd.CodeEndpointDisabled:
 		return http.StatusConflict
 	case webhookd.CodeVersionMismatch:
 		return http.StatusPreconditionFailed

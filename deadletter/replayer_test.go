@@ -56,17 +56,8 @@ func (f *fixture) deadLetters(endpointID, typ string, n int) []string {
 			f.t.Fatal(err)
 		}
 		id := evs[0].Deliveries[0].ID
-		l, err := f.db.LockDelivery(ctx, id, true)
-		if err != nil {
-			f.t.Fatal(err)
-		}
-		a := webhookd.Attempt{Number: 1, RequestID: storage.NewRequestID(), URL: "http://127.0.0.1:9/hook",
-			Trigger: webhookd.TriggerAuto, StatusCode: new(500), StartedAt: time.Now()}
-		err = l.Finish(ctx, &a, storage.Transition{Status: webhookd.DeliveryDeadLetter,
-			DeadLetterReason: webhookd.ReasonExhausted, Now: time.Now()})
-		if err != nil {
-			f.t.Fatal(err)
-		}
+		testenv.Record(f.t, f.db, id, webhookd.Attempt{StatusCode: new(500)}, storage.Transition{
+			Status: webhookd.DeliveryDeadLetter, DeadLetterReason: webhookd.ReasonExhausted})
 		ids = append(ids, id)
 	}
 	return ids
@@ -95,6 +86,7 @@ func (f *fixture) getJob(id string) webhookd.Job {
 // attempt does.
 type attempts struct {
 	db    *storage.DB
+	t     testing.TB
 	fail  map[string]error // nil error: the receiver refused it
 	mu    sync.Mutex
 	calls []string
@@ -118,15 +110,13 @@ func (a *attempts) attempt(ctx context.Context, deliveryID, by string) (bool, er
 	if err, failed := a.fail[deliveryID]; failed {
 		return false, err
 	}
-	l, err := a.db.LockDelivery(ctx, deliveryID, true)
-	if err != nil {
-		return false, err
-	}
-	return true, l.Finish(ctx, nil, storage.Transition{Status: webhookd.DeliverySucceeded, ReplayedBy: by, Now: time.Now()})
+	testenv.Record(a.t, a.db, deliveryID, webhookd.Attempt{StatusCode: new(200), Trigger: webhookd.TriggerManual},
+		storage.Transition{Status: webhookd.DeliverySucceeded, ReplayedBy: by})
+	return true, nil
 }
 
 func (f *fixture) replayer(a *attempts) *deadletter.Replayer {
-	a.db = f.db
+	a.db, a.t = f.db, f.t
 	return &deadletter.Replayer{DB: f.db, Attempt: a.attempt, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 }
 

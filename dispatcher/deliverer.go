@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -23,7 +24,14 @@ import (
 const maxResponseBody = 8 << 10
 
 // Deliverer makes attempts: the one code path for first attempts, retries,
-// test events and manual redeliveries.
+// test events, manual redeliveries and replays.
+//
+// An attempt leases its delivery (storage.ClaimDeliveries), sends the
+// request with no PostgreSQL connection held, then records the attempt and
+// the new state (storage.RecordAttempts), which applies only while the
+// lease is still its own. Claims and records of concurrent attempts travel
+// together (group commit), so the pool stays small however many attempts
+// are in flight.
 type Deliverer struct {
 	db       *storage.DB
 	client   *http.Client
@@ -35,6 +43,14 @@ type Deliverer struct {
 	metrics  *metrics
 	// bodyTimeout bounds reading the response body after its headers.
 	bodyTimeout time.Duration
+	// attemptTimeout bounds one request, every phase of it; lease is how
+	// long a claim holds a delivery, above attemptTimeout.
+	attemptTimeout time.Duration
+	lease          time.Duration
+	claims         *batcher[storage.Claim, storage.Lease]
+	records        *batcher[storage.Record, bool]
+	gate           *gate
+	holder         *holder
 }
 
 // RetryAt asks the queue to run the task again at a time: the next
@@ -48,103 +64,219 @@ func (r *RetryAt) Error() string {
 	return "next attempt at " + r.At.Format(time.RFC3339) + ": " + r.Reason
 }
 
+// ErrEndpointDisabled says a manual attempt or replay was not made because
+// the delivery's endpoint is disabled or deleted.
+var ErrEndpointDisabled = errors.New("endpoint is disabled")
+
 // Result is what one attempt did.
 type Result struct {
 	Attempted bool   // a request was sent and logged
 	Status    string // the delivery's status afterwards
 	Succeeded bool   // this attempt got a 2xx
+	// Skipped: a replay found the delivery no longer a dead letter (another
+	// replay or a redelivery got it through first).
+	Skipped bool
 }
 
 // Request names the attempt to make.
 type Request struct {
 	DeliveryID string
-	// Manual is a redelivery by hand (or by a replay job), made whatever
-	// the delivery's state; else the attempt is the automatic one due now.
+	// EndpointID, when known, lets an automatic attempt wait for room at its
+	// endpoint before any database work.
+	EndpointID string
+	// Manual is a redelivery by hand, made whatever the delivery's state;
+	// else the attempt is the automatic one due now.
 	Manual bool
-	// RequestID is the recorded redelivery request a manual attempt
-	// serves; the attempt is skipped if it was served already. Empty for
-	// replay jobs, which need no request.
+	// Replay is a replay job's manual attempt: made only while the delivery
+	// is still a dead letter.
+	Replay bool
+	// RequestID is the recorded redelivery request a manual attempt serves;
+	// the attempt is skipped if it was served already.
 	RequestID string
-	By        string // who asked, for manual attempts
+	By        string // who asked, for manual attempts and replays
+}
+
+func (r Request) mode() storage.ClaimMode {
+	switch {
+	case r.Replay:
+		return storage.ClaimReplay
+	case r.Manual:
+		return storage.ClaimManual
+	}
+	return storage.ClaimAuto
 }
 
 // Attempt makes one attempt of a delivery. It returns *RetryAt when the
-// queue should come back later (the schedule, a Retry-After, a held-back
-// delivery, or another attempt holding it).
+// queue should come back later (the schedule, a Retry-After, an endpoint
+// with no room, or another attempt holding the delivery).
 func (d *Deliverer) Attempt(ctx context.Context, r Request) (Result, error) {
-	manual := r.Manual
-	l, err := d.db.LockDelivery(ctx, r.DeliveryID, manual)
+	auto := r.mode() == storage.ClaimAuto
+	rateChecked := false
+	if auto && r.EndpointID != "" {
+		if !d.gate.acquire(r.EndpointID) {
+			return Result{}, d.holder.hold(ctx, r.EndpointID, r.DeliveryID, d.clock.Now(), "endpoint at its in-flight cap")
+		}
+		defer d.gate.release(r.EndpointID)
+		if rate, ok := d.holder.rate(r.EndpointID); ok {
+			rateChecked = true
+			if at, ok := d.allowed(ctx, r.EndpointID, rate); !ok {
+				return Result{}, d.holder.hold(ctx, r.EndpointID, r.DeliveryID, at, "endpoint rate limit")
+			}
+		}
+	}
+	now := d.clock.Now()
+	l, err := d.claims.Do(ctx, storage.Claim{DeliveryID: r.DeliveryID, Token: storage.NewRequestID(), Mode: r.mode(),
+		RequestID: r.RequestID})
 	switch {
-	case errors.Is(err, storage.ErrLocked):
-		return Result{}, &RetryAt{At: d.clock.Now().Add(time.Second), Reason: "another attempt holds the delivery"}
-	case errors.Is(err, webhookd.ErrNotFound):
-		return Result{}, nil // purged: nothing to do
 	case err != nil:
 		return Result{}, err
+	case !l.Found:
+		return Result{}, nil // purged: nothing to do
 	}
-	defer l.Release(ctx)
+	d.gate.setCap(l.Delivery.EndpointID, l.MaxInFlight)
+	d.holder.setRate(l.Delivery.EndpointID, l.Endpoint.RateLimitPerSecond)
+	if !l.Held {
+		return d.notHeld(r, &l, now)
+	}
 	del := l.Delivery
-	now := d.clock.Now()
-
-	if !manual {
-		if del.Status == webhookd.DeliverySucceeded || del.Status == webhookd.DeliveryDeadLetter {
-			return Result{Status: del.Status}, nil // PostgreSQL says it is done: a stale task
-		}
-		if del.NextAttemptAt != nil && del.NextAttemptAt.After(now) {
-			return Result{Status: del.Status}, &RetryAt{At: *del.NextAttemptAt, Reason: "not due yet"}
-		}
-		if l.EndpointDeleted || l.Endpoint.Status != webhookd.EndpointActive {
-			t := storage.Transition{Status: webhookd.DeliveryDeadLetter, DeadLetterReason: webhookd.ReasonEndpointDisabled, Now: now}
-			if err := l.Finish(ctx, nil, t); err != nil {
+	if l.EndpointDeleted || l.Endpoint.Status != webhookd.EndpointActive {
+		return d.endpointDisabled(ctx, r, &l, now)
+	}
+	if auto && !rateChecked && l.Endpoint.RateLimitPerSecond != nil {
+		if at, ok := d.allowed(ctx, del.EndpointID, *l.Endpoint.RateLimitPerSecond); !ok {
+			if err := d.db.ReleaseLease(context.WithoutCancel(ctx), del.ID, l.Token); err != nil {
 				return Result{}, err
 			}
-			return Result{Status: t.Status}, nil
+			return Result{Status: del.Status}, d.holder.hold(ctx, del.EndpointID, del.ID, at, "endpoint rate limit")
 		}
-		if at, ok := d.heldBack(ctx, l.Endpoint, now); !ok {
-			return Result{Status: del.Status}, &RetryAt{At: at, Reason: "endpoint rate limit"}
-		}
-	} else if r.RequestID != "" && (l.ManualRequest == nil || *l.ManualRequest != r.RequestID) {
-		return Result{Status: del.Status}, nil // served already, or replaced by a newer request
-	} else if l.EndpointDeleted {
-		return Result{Status: del.Status}, l.Finish(ctx, nil, storage.Transition{Status: del.Status,
-			NextAttemptAt: del.NextAttemptAt, ManualDone: true, Now: now}) // nowhere to send it
 	}
 
 	trigger := l.Trigger
-	if manual {
+	if !auto {
 		trigger = webhookd.TriggerManual
 	}
-	a, resp := d.send(ctx, l, trigger)
-	out := Classify(d.clock.Now(), a.Number, d.schedule, resp)
-	t := transition(del.Status, manual, out, r.By, d.clock.Now())
-	t.ManualDone = r.RequestID != "" && manual
-	if err := l.Finish(ctx, &a, t); err != nil {
-		return Result{}, err
+	// The request and its record do not depend on the task's context: an
+	// attempt that was sent is always recorded, bounded by attemptTimeout.
+	sendCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.attemptTimeout)
+	a, resp := d.send(sendCtx, &l, trigger)
+	cancel()
+	end := d.clock.Now()
+	out := Classify(end, l.AutoAttempts+1, d.schedule, resp)
+	t := transition(del.Status, del.NextAttemptAt, !auto, out, r.By, end)
+	t.ManualDone = r.mode() == storage.ClaimManual
+	t.Auto = auto
+	applied, err := d.record(ctx, storage.Record{Lease: &l, Attempt: &a, Transition: t})
+	if err != nil {
+		return Result{}, fmt.Errorf("record attempt of %s: %w", del.ID, err)
+	}
+	if !applied { // the lease ran out and another attempt took the delivery
+		d.log.Warn("attempt not recorded: its lease ran out", "delivery_id", del.ID, "request_id", a.RequestID,
+			"status_code", orNil(a.StatusCode), "duration_ms", a.DurationMS)
+		return Result{Attempted: true, Status: del.Status}, nil
 	}
 	d.metrics.observe(a, t.Status)
 	d.log.Info("delivery attempt", "delivery_id", del.ID, "event_id", del.EventID, "endpoint_id", del.EndpointID,
 		"attempt", a.Number, "trigger", trigger, "request_id", a.RequestID, "status_code", orNil(a.StatusCode),
 		"error", orNil(a.Error), "duration_ms", a.DurationMS, "outcome", t.Status)
 	res := Result{Attempted: true, Status: t.Status, Succeeded: out.Status == webhookd.DeliverySucceeded}
-	if !manual && t.Status == webhookd.DeliveryRetrying {
+	if auto && t.Status == webhookd.DeliveryRetrying {
 		return res, &RetryAt{At: *t.NextAttemptAt, Reason: "retry on schedule"}
 	}
 	return res, nil
 }
 
-// Replay makes one manual attempt on behalf of by (a dead-letter replay job)
-// and tells whether it got a 2xx.
+// record records an attempt, trying again for a while when PostgreSQL
+// cannot be reached (a restart, a dropped connection): a request that was
+// sent should not go unrecorded, nor leave its delivery leased until the
+// lease runs out. It does not depend on ctx being alive.
+func (d *Deliverer) record(ctx context.Context, r storage.Record) (bool, error) {
+	ctx = context.WithoutCancel(ctx)
+	wait := 100 * time.Millisecond
+	for try := 1; ; try++ {
+		applied, err := d.records.Do(ctx, r)
+		if err == nil || errors.Is(err, errBatcherStopped) || try == 8 {
+			return applied, err
+		}
+		time.Sleep(wait) // a backoff between tries of a write that must land, not a wait for a condition
+		wait = min(2*wait, 2*time.Second)
+	}
+}
+
+// notHeld tells the queue what to do with a delivery the claim did not get.
+func (d *Deliverer) notHeld(r Request, l *storage.Lease, now time.Time) (Result, error) {
+	del := l.Delivery
+	busy := &RetryAt{At: now.Add(time.Second), Reason: "another attempt holds the delivery"}
+	if l.OtherUntil != nil && l.OtherUntil.Before(busy.At) {
+		busy.At = *l.OtherUntil
+	}
+	switch r.mode() {
+	case storage.ClaimAuto:
+		switch {
+		case del.Status == webhookd.DeliverySucceeded || del.Status == webhookd.DeliveryDeadLetter:
+			return Result{Status: del.Status}, nil // PostgreSQL says it is done: a stale task
+		case del.NextAttemptAt != nil && del.NextAttemptAt.After(now):
+			return Result{Status: del.Status}, &RetryAt{At: *del.NextAttemptAt, Reason: "not due yet"}
+		}
+	case storage.ClaimManual:
+		if l.ManualRequest == nil || *l.ManualRequest != r.RequestID {
+			return Result{Status: del.Status}, nil // served already, or replaced by a newer request
+		}
+	case storage.ClaimReplay:
+		if del.Status != webhookd.DeliveryDeadLetter {
+			return Result{Status: del.Status, Skipped: true}, nil
+		}
+	}
+	return Result{Status: del.Status}, busy
+}
+
+// endpointDisabled ends a held attempt whose endpoint is disabled or
+// deleted: an automatic one makes the delivery a dead letter
+// (endpoint_disabled); a manual one or a replay is not sent, and says so.
+func (d *Deliverer) endpointDisabled(ctx context.Context, r Request, l *storage.Lease, now time.Time) (Result, error) {
+	t := storage.Transition{Status: webhookd.DeliveryDeadLetter, DeadLetterReason: webhookd.ReasonEndpointDisabled, Now: now}
+	if r.mode() != storage.ClaimAuto {
+		t = storage.Transition{Status: l.Delivery.Status, NextAttemptAt: l.Delivery.NextAttemptAt,
+			ManualDone: r.mode() == storage.ClaimManual, Now: now}
+	}
+	if _, err := d.record(ctx, storage.Record{Lease: l, Transition: t}); err != nil {
+		return Result{}, err
+	}
+	if r.mode() == storage.ClaimAuto {
+		return Result{Status: t.Status}, nil
+	}
+	d.log.Info("manual attempt not made: the endpoint is disabled", "delivery_id", l.Delivery.ID,
+		"endpoint_id", l.Delivery.EndpointID, "by", r.By)
+	return Result{Status: t.Status}, ErrEndpointDisabled
+}
+
+// Replay makes one manual attempt of a dead letter on behalf of by (a
+// dead-letter replay job), waiting while another attempt holds it, and
+// tells whether it got through: a 2xx, or the delivery is no longer a dead
+// letter. A disabled endpoint returns ErrEndpointDisabled.
 func (d *Deliverer) Replay(ctx context.Context, deliveryID, by string) (bool, error) {
-	res, err := d.Attempt(ctx, Request{DeliveryID: deliveryID, Manual: true, By: by})
-	return res.Succeeded, err
+	for {
+		res, err := d.Attempt(ctx, Request{DeliveryID: deliveryID, Manual: true, Replay: true, By: by})
+		var ra *RetryAt
+		if !errors.As(err, &ra) {
+			return res.Succeeded || res.Skipped, err
+		}
+		t := time.NewTimer(min(max(time.Until(ra.At), 50*time.Millisecond), time.Second))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false, ctx.Err()
+		case <-t.C:
+		}
+	}
 }
 
 // transition decides the delivery's next state. Automatic attempts follow
 // the outcome table. A manual attempt never schedules anything: success
 // makes the delivery succeeded (a dead letter is then marked replayed by
-// by); failure leaves a dead letter dead and a succeeded delivery succeeded,
-// and a waiting delivery keeps its schedule.
-func transition(prev string, manual bool, out Outcome, by string, now time.Time) storage.Transition {
+// by); failure leaves a dead letter dead and a succeeded delivery
+// succeeded, and a waiting delivery keeps its schedule (next, the time of
+// its automatic attempt, which its live task keeps too).
+func transition(prev string, next *time.Time, manual bool, out Outcome, by string, now time.Time) storage.Transition {
 	t := storage.Transition{Status: out.Status, DeadLetterReason: out.Reason, DisableEndpoint: out.DisableEndpoint, Now: now}
 	if out.Status == webhookd.DeliveryRetrying {
 		next := out.NextAttemptAt
@@ -161,31 +293,31 @@ func transition(prev string, manual bool, out Outcome, by string, now time.Time)
 			t.ReplayedBy = by
 		}
 	case prev == webhookd.DeliveryPending || prev == webhookd.DeliveryRetrying:
-		t.Status, t.NextAttemptAt = webhookd.DeliveryRetrying, &now // due now: the schedule resumes
+		t.Status, t.NextAttemptAt = webhookd.DeliveryRetrying, next // failed at least once now; the schedule stands
 	default:
 		t.Status, t.NextAttemptAt = prev, nil
 	}
 	return t
 }
 
-// heldBack applies the endpoint's rate_limit_per_second; false means wait
-// until the returned time (no attempt is spent). A limiter that cannot reach
-// Redis lets the delivery through.
-func (d *Deliverer) heldBack(ctx context.Context, ep webhookd.Endpoint, now time.Time) (time.Time, bool) {
-	if ep.RateLimitPerSecond == nil || d.limiter == nil {
+// allowed applies an endpoint's rate_limit_per_second; false means wait
+// until the returned time (no attempt is spent). A limiter that cannot
+// reach Redis lets the delivery through.
+func (d *Deliverer) allowed(ctx context.Context, ep string, perSecond int) (time.Time, bool) {
+	if d.limiter == nil {
 		return time.Time{}, true
 	}
-	res, err := d.limiter.Allow(ctx, d.prefix+ep.ID, redis_rate.PerSecond(*ep.RateLimitPerSecond))
+	res, err := d.limiter.Allow(ctx, d.prefix+ep, redis_rate.PerSecond(perSecond))
 	if err != nil || res.Allowed > 0 {
 		return time.Time{}, true
 	}
-	return now.Add(max(res.RetryAfter, 100*time.Millisecond)), false
+	return d.clock.Now().Add(max(res.RetryAfter, 100*time.Millisecond)), false
 }
 
 // send signs and sends one request and describes it as an attempt.
-func (d *Deliverer) send(ctx context.Context, l *storage.LockedDelivery, trigger string) (webhookd.Attempt, Response) {
+func (d *Deliverer) send(ctx context.Context, l *storage.Lease, trigger string) (webhookd.Attempt, Response) {
 	ev, ep := l.Event, l.Endpoint
-	a := webhookd.Attempt{DeliveryID: l.Delivery.ID, Number: l.Delivery.AttemptsCount + 1, RequestID: storage.NewRequestID(),
+	a := webhookd.Attempt{DeliveryID: l.Delivery.ID, Number: l.Delivery.AttemptsCount + 1, RequestID: l.Token,
 		URL: ep.URL, Trigger: trigger, StartedAt: d.clock.Now(), RequestHeaders: map[string]string{}, ResponseHeaders: map[string]string{}}
 	body, err := json.Marshal(struct {
 		ID        string          `json:"id"`

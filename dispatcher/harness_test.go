@@ -81,7 +81,7 @@ func newEnv(t testing.TB, tweak func(*dispatcher.Config)) *env {
 	}
 	cfg := dispatcher.Config{DB: db, Redis: rdb, Schedule: dispatcher.Schedule{time.Second, time.Second, time.Second, time.Second},
 		HTTP:        dispatcher.HTTPConfig{AllowPrivateNetworks: true, ConnectTimeout: 2 * time.Second, ResponseTimeout: 2 * time.Second},
-		Concurrency: 10, ReconcileInterval: time.Hour, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		Concurrency: 10, ReconcileInterval: time.Hour, ReconcileGrace: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if tweak != nil {
 		tweak(&cfg)
 	}

@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"strconv"
+	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
@@ -12,8 +13,9 @@ import (
 
 // metrics are the worker's Prometheus series.
 type metrics struct {
-	attempts *prometheus.CounterVec
-	duration prometheus.Histogram
+	attempts  *prometheus.CounterVec
+	duration  prometheus.Histogram
+	reconcile prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -27,8 +29,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Time from sending a delivery to reading its response.",
 			Buckets: prometheus.DefBuckets,
 		}),
+		reconcile: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "webhookd_reconciler_pass_seconds",
+			Help:    "Time one reconciler pass took (in the process that ran it).",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.attempts, m.duration} {
+	for _, c := range []prometheus.Collector{m.attempts, m.duration, m.reconcile} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -44,6 +51,8 @@ func (m *metrics) observe(a webhookd.Attempt, outcome string) {
 	m.attempts.WithLabelValues(a.Trigger, code, outcome).Inc()
 	m.duration.Observe(float64(a.DurationMS) / 1000)
 }
+
+func (m *metrics) observeReconcile(d time.Duration) { m.reconcile.Observe(d.Seconds()) }
 
 // queueCollector reports the asynq queue's size by task state at each
 // scrape (nothing when Redis cannot be reached).

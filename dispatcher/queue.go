@@ -25,6 +25,7 @@ const DefaultQueue = "webhookd"
 // deliveryTask is the payload of a TaskDelivery.
 type deliveryTask struct {
 	DeliveryID string `json:"delivery_id"`
+	EndpointID string `json:"endpoint_id,omitempty"` // automatic attempts: the endpoint, for its in-flight cap
 	Manual     bool   `json:"manual,omitempty"`
 	RequestID  string `json:"request_id,omitempty"` // the redelivery request, for manual attempts
 	By         string `json:"by,omitempty"`         // who asked, for manual attempts
@@ -53,7 +54,7 @@ func NewQueue(rdb redis.UniversalClient, queue string, taskTimeout time.Duration
 func (q *Queue) Enqueue(ctx context.Context, ds ...webhookd.ScheduledDelivery) error {
 	var errs []error
 	for _, d := range ds {
-		if err := q.enqueue(ctx, d.ID, deliveryTask{DeliveryID: d.ID}, d.DueAt); err != nil {
+		if err := q.enqueue(ctx, d.ID, deliveryTask{DeliveryID: d.ID, EndpointID: d.EndpointID}, d.DueAt); err != nil {
 			errs = append(errs, err)
 		}
 	}

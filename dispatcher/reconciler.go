@@ -14,52 +14,90 @@ import (
 // offers to the queue at most.
 const DefaultReconcileMaxPerPass = 10000
 
+// DefaultReconcileGrace is how long a due delivery is left to its own task
+// before the reconciler offers it to the queue again.
+const DefaultReconcileGrace = 10 * time.Second
+
 // Reconciler re-enqueues every delivery PostgreSQL says is due. Enqueueing
 // uses TaskID = delivery id, so a delivery that still has a live task is
 // left alone (asynq answers ErrTaskIDConflict) and one whose task was lost
 // with Redis gets a new one. It is what makes losing Redis lose nothing.
+//
+// One process at a time runs a pass (a PostgreSQL advisory lock); the
+// others skip theirs. A pass looks only at deliveries overdue by more than
+// Grace and not held by an attempt, and walks them in order of due time
+// from where the previous pass stopped, at most MaxPerPass at a time: a
+// backlog that stays due (held back by its endpoint, say) cannot keep the
+// rest from being looked at, and a lost schedule larger than one pass is
+// rebuilt over several.
 type Reconciler struct {
 	DB       *storage.DB
 	Queue    *Queue
 	Interval time.Duration
 	Clock    webhookd.Clock
 	Logger   *slog.Logger
-	// MaxPerPass bounds one pass, so a large backlog of due deliveries
-	// (each a Redis call, most answered "already queued") costs a bounded
-	// amount every Interval; default DefaultReconcileMaxPerPass. A lost
-	// schedule larger than that is rebuilt over several passes.
+	// Grace: default DefaultReconcileGrace; negative means none.
+	Grace time.Duration
+	// MaxPerPass: default DefaultReconcileMaxPerPass.
 	MaxPerPass int
+	// Observe, if set, is told how long each pass that ran took.
+	Observe func(time.Duration)
 
+	cursor storage.DueCursor
 	loop
 }
 
 // Start runs a pass at once and then every Interval until Stop or ctx ends.
 func (r *Reconciler) Start(ctx context.Context) {
 	r.start(ctx, r.Interval, func(ctx context.Context) {
-		if n, err := r.RunOnce(ctx); err != nil {
+		start := time.Now()
+		ran, n, err := r.RunOnce(ctx)
+		switch {
+		case err != nil:
 			r.Logger.Warn("reconciler pass failed", "err", err)
-		} else if n > 0 {
+		case ran && r.Observe != nil:
+			r.Observe(time.Since(start))
+		}
+		if n > 0 {
 			r.Logger.Debug("reconciler pass", "due", n)
 		}
 	})
 }
 
-// RunOnce offers the due deliveries to the queue, the longest overdue
-// first and at most MaxPerPass of them, then the pending redeliveries and
-// runnable jobs. It returns how many deliveries it offered.
-func (r *Reconciler) RunOnce(ctx context.Context) (int, error) {
+// RunOnce makes one pass if no other process is making one: it offers due
+// deliveries to the queue, then the pending redeliveries and runnable jobs.
+// It tells whether it ran and how many deliveries it offered.
+func (r *Reconciler) RunOnce(ctx context.Context) (ran bool, offered int, err error) {
+	ran, err = r.DB.AsLeader(ctx, "reconciler", func(ctx context.Context) error {
+		n, err := r.offerDue(ctx)
+		offered = n
+		return errors.Join(err, r.enqueueRedeliveries(ctx), r.enqueueJobs(ctx))
+	})
+	return ran, offered, err
+}
+
+// offerDue offers the next window of due deliveries to the queue.
+func (r *Reconciler) offerDue(ctx context.Context) (int, error) {
 	limit := r.MaxPerPass
 	if limit <= 0 {
 		limit = DefaultReconcileMaxPerPass
 	}
-	due, err := r.DB.Store().DueDeliveries(ctx, r.Clock.Now(), limit)
+	grace := r.Grace
+	if grace == 0 {
+		grace = DefaultReconcileGrace
+	}
+	now := r.Clock.Now()
+	due, err := r.DB.Store().DueDeliveries(ctx, now.Add(-max(grace, 0)), now, r.cursor, limit)
 	if err != nil {
 		return 0, err
 	}
-	if err := r.Queue.Enqueue(ctx, due...); err != nil {
-		return 0, err
+	if len(due) < limit {
+		r.cursor = storage.DueCursor{} // the end: the next pass starts from the longest overdue again
+	} else {
+		last := due[len(due)-1]
+		r.cursor = storage.DueCursor{At: last.DueAt, ID: last.ID}
 	}
-	return len(due), errors.Join(r.enqueueRedeliveries(ctx), r.enqueueJobs(ctx))
+	return len(due), r.Queue.Enqueue(ctx, due...)
 }
 
 // enqueueRedeliveries re-enqueues manual attempts asked for and not yet

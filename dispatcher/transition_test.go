@@ -10,6 +10,7 @@ import (
 func TestTransition(t *testing.T) {
 	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	later := now.Add(time.Minute)
+	due := now.Add(15 * time.Minute) // the delivery's own next automatic attempt
 	ok := Outcome{Status: webhookd.DeliverySucceeded}
 	retry := Outcome{Status: webhookd.DeliveryRetrying, NextAttemptAt: later}
 	dead := Outcome{Status: webhookd.DeliveryDeadLetter, Reason: webhookd.ReasonClientError}
@@ -32,13 +33,14 @@ func TestTransition(t *testing.T) {
 		{"manual success on dead letter", "dead_letter", true, ok, "succeeded", nil, "", "ops", false},
 		{"manual failure on dead letter", "dead_letter", true, retry, "dead_letter", nil, "", "", false},
 		{"manual failure on succeeded", "succeeded", true, dead, "succeeded", nil, "", "", false},
-		{"manual failure while pending", "pending", true, dead, "retrying", &now, "", "", false},
+		{"manual failure while pending keeps the schedule", "pending", true, dead, "retrying", &due, "", "", false},
+		{"manual failure while retrying keeps the schedule", "retrying", true, retry, "retrying", &due, "", "", false},
 		{"manual success while retrying", "retrying", true, ok, "succeeded", nil, "", "", false},
 		{"manual 410 disables", "dead_letter", true, gone, "dead_letter", nil, "", "", true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got := transition(c.prev, c.manual, c.out, "ops", now)
+			got := transition(c.prev, &due, c.manual, c.out, "ops", now)
 			if got.Status != c.status || got.DeadLetterReason != c.reason || got.ReplayedBy != c.replayed ||
 				got.DisableEndpoint != c.disable || (got.NextAttemptAt == nil) != (c.next == nil) ||
 				(c.next != nil && !got.NextAttemptAt.Equal(*c.next)) {

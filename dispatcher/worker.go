@@ -25,11 +25,21 @@ type Config struct {
 	// Schedule is the delays between attempts; default 1m,15m,1h,24h.
 	Schedule Schedule
 	HTTP     HTTPConfig // timeouts and the private-network switch
-	// Concurrency is how many attempts run at once; default 20.
+	// Concurrency is how many attempts run at once; default 500. No
+	// PostgreSQL connection is held through an attempt's request, so this
+	// is independent of the pool size.
 	Concurrency int
+	// EndpointMaxInFlight is how many attempts one endpoint may have in
+	// flight in this worker at once, unless the endpoint sets its own
+	// max_in_flight; default 10. Deliveries past it wait, held back, without
+	// a worker slot and without spending an attempt.
+	EndpointMaxInFlight int
 	// ReconcileInterval is how often due deliveries without a live task
-	// are re-enqueued; default 5s.
+	// are re-enqueued; default 5s. ReconcileGrace is how long overdue a
+	// delivery must be before the reconciler offers it; default 10s,
+	// negative for none.
 	ReconcileInterval time.Duration
+	ReconcileGrace    time.Duration
 	// PollInterval is how often an idle worker asks asynq for new tasks;
 	// default 20ms (about 50 cheap Redis calls a second), which keeps an
 	// event's first attempt within tens of milliseconds. Scheduled retries
@@ -60,7 +70,10 @@ func (c Config) WithDefaults() Config {
 	}
 	c.HTTP = c.HTTP.WithDefaults()
 	if c.Concurrency == 0 {
-		c.Concurrency = 20
+		c.Concurrency = 500
+	}
+	if c.EndpointMaxInFlight == 0 {
+		c.EndpointMaxInFlight = 10
 	}
 	if c.ReconcileInterval == 0 {
 		c.ReconcileInterval = 5 * time.Second
@@ -98,6 +111,8 @@ func (c Config) Validate() error {
 		return errors.New("worker config: Redis is required")
 	case c.Concurrency < 1:
 		return errors.New("worker config: Concurrency must be at least 1")
+	case c.EndpointMaxInFlight < 1:
+		return errors.New("worker config: EndpointMaxInFlight must be at least 1")
 	case len(c.Schedule) == 0:
 		return errors.New("worker config: Schedule is empty")
 	case c.Retention < 0:
@@ -106,13 +121,25 @@ func (c Config) Validate() error {
 	return c.HTTP.Validate()
 }
 
-// TaskTimeout is how long one attempt may run: above both HTTP timeouts.
-func (c Config) TaskTimeout() time.Duration {
-	return c.HTTP.ConnectTimeout + c.HTTP.ResponseTimeout + 30*time.Second
+// AttemptTimeout bounds one request, every phase of it: connect, TLS
+// handshake (ConnectTimeout each), response headers and body
+// (ResponseTimeout each), and a little for signing.
+func (c Config) AttemptTimeout() time.Duration {
+	return 2*c.HTTP.ConnectTimeout + 2*c.HTTP.ResponseTimeout + 5*time.Second
 }
 
+// Lease is how long an attempt holds its delivery: the longest request and
+// time to record it. A worker that dies mid-attempt loses it after that.
+func (c Config) Lease() time.Duration { return c.AttemptTimeout() + 30*time.Second }
+
+// TaskTimeout is asynq's deadline for one task: above the lease, so that
+// asynq never gives a task to another worker while its attempt may still
+// be running and recording.
+func (c Config) TaskTimeout() time.Duration { return c.Lease() + 10*time.Second }
+
 // Worker processes delivery and job tasks from asynq and runs the
-// reconciler beside them.
+// reconciler, the holder of held-back deliveries and the retention purge
+// beside them.
 type Worker struct {
 	cfg        Config
 	server     *asynq.Server
@@ -120,6 +147,7 @@ type Worker struct {
 	Queue      *Queue
 	reconciler *Reconciler
 	retention  *Retention
+	holder     *holder
 }
 
 // NewWorker builds a Worker from cfg (after WithDefaults).
@@ -135,12 +163,15 @@ func NewWorker(cfg Config) (*Worker, error) {
 	if err := cfg.Metrics.Register(newQueueCollector(cfg.Redis, cfg.Queue)); err != nil {
 		return nil, err
 	}
+	q := NewQueue(cfg.Redis, cfg.Queue, cfg.TaskTimeout())
+	g := newGate(cfg.EndpointMaxInFlight)
 	d := &Deliverer{db: cfg.DB, client: NewHTTPClient(cfg.HTTP), schedule: cfg.Schedule, clock: cfg.Clock,
 		log: cfg.Logger, limiter: redis_rate.NewLimiter(cfg.Redis), prefix: cfg.RateLimitPrefix, metrics: m,
-		bodyTimeout: cfg.HTTP.ResponseTimeout}
-	q := NewQueue(cfg.Redis, cfg.Queue, cfg.TaskTimeout())
-	w := &Worker{cfg: cfg, Deliverer: d, Queue: q,
-		reconciler: &Reconciler{DB: cfg.DB, Queue: q, Interval: cfg.ReconcileInterval, Clock: cfg.Clock, Logger: cfg.Logger},
+		bodyTimeout: cfg.HTTP.ResponseTimeout, attemptTimeout: cfg.AttemptTimeout(), lease: cfg.Lease(),
+		gate: g, holder: newHolder(cfg.Redis, q, g, cfg.Clock, cfg.Logger)}
+	w := &Worker{cfg: cfg, Deliverer: d, Queue: q, holder: d.holder,
+		reconciler: &Reconciler{DB: cfg.DB, Queue: q, Interval: cfg.ReconcileInterval, Grace: cfg.ReconcileGrace,
+			Clock: cfg.Clock, Logger: cfg.Logger, Observe: m.observeReconcile},
 		retention: &Retention{DB: cfg.DB, Keep: cfg.Retention, Interval: cfg.RetentionInterval, Clock: cfg.Clock,
 			Logger: cfg.Logger}}
 	w.server = asynq.NewServerFromRedisClient(cfg.Redis, asynq.Config{
@@ -152,13 +183,19 @@ func NewWorker(cfg Config) (*Worker, error) {
 		IsFailure:                func(err error) bool { var r *RetryAt; return !errors.As(err, &r) },
 		Logger:                   asynqLogger{cfg.Logger},
 		LogLevel:                 asynq.WarnLevel,
-		ShutdownTimeout:          cfg.TaskTimeout(),
+		ShutdownTimeout:          cfg.AttemptTimeout() + 10*time.Second, // in-flight attempts finish and are recorded
 	})
 	return w, nil
 }
 
 // Start begins processing and reconciling.
 func (w *Worker) Start(ctx context.Context) error {
+	d := w.Deliverer
+	d.claims = newBatcher(256, 2, 30*time.Second, func(ctx context.Context, cs []storage.Claim) ([]storage.Lease, error) {
+		now := d.clock.Now()
+		return d.db.ClaimDeliveries(ctx, now, now.Add(d.lease), cs)
+	})
+	d.records = newBatcher(256, 2, 30*time.Second, d.db.RecordAttempts)
 	mux := asynq.NewServeMux()
 	mux.HandleFunc(TaskDelivery, w.handleDelivery)
 	mux.HandleFunc(TaskJob, w.handleJob)
@@ -167,14 +204,23 @@ func (w *Worker) Start(ctx context.Context) error {
 	}
 	w.reconciler.Start(ctx)
 	w.retention.Start(ctx)
+	w.holder.Start(ctx)
 	return nil
 }
 
-// Stop stops reconciling, then waits for running attempts to finish.
+// Stop takes no new work, lets the attempts in flight finish (bounded by
+// their timeouts) and records them, then stops the background loops.
 func (w *Worker) Stop() {
+	if w.Deliverer.claims == nil {
+		return // never started, or stopped already
+	}
 	w.reconciler.Stop()
 	w.retention.Stop()
+	w.holder.Stop()
 	w.server.Shutdown()
+	w.Deliverer.claims.Stop()
+	w.Deliverer.records.Stop()
+	w.Deliverer.claims, w.Deliverer.records = nil, nil
 }
 
 func (w *Worker) handleDelivery(ctx context.Context, t *asynq.Task) error {
@@ -183,7 +229,11 @@ func (w *Worker) handleDelivery(ctx context.Context, t *asynq.Task) error {
 		w.cfg.Logger.Error("dropping a delivery task with a bad payload", "err", err)
 		return nil
 	}
-	_, err := w.Deliverer.Attempt(ctx, Request{DeliveryID: p.DeliveryID, Manual: p.Manual, RequestID: p.RequestID, By: p.By})
+	_, err := w.Deliverer.Attempt(ctx, Request{DeliveryID: p.DeliveryID, EndpointID: p.EndpointID, Manual: p.Manual,
+		RequestID: p.RequestID, By: p.By})
+	if errors.Is(err, ErrEndpointDisabled) {
+		return nil // logged; a manual attempt is not retried
+	}
 	return err
 }
 

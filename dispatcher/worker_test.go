@@ -138,7 +138,7 @@ func TestExhaustedThenDeadLetterThenSilence(t *testing.T) {
 	}
 	// Silence: the reconciler finds nothing due, and asynq holds no task for it.
 	rec := &dispatcher.Reconciler{DB: e.db, Queue: e.worker.Queue, Clock: webhookd.SystemClock{}}
-	if n, err := rec.RunOnce(context.Background()); err != nil || n != 0 {
+	if _, n, err := rec.RunOnce(context.Background()); err != nil || n != 0 {
 		t.Fatalf("reconciler found %d due (%v)", n, err)
 	}
 	insp := asynq.NewInspectorFromRedisClient(e.redis)
@@ -368,7 +368,7 @@ func TestTwoWorkersNeverDoubleAttempt(t *testing.T) {
 	// The reconciler of both workers runs too, re-offering every task.
 	for range 3 {
 		rec := &dispatcher.Reconciler{DB: e.db, Queue: e.worker.Queue, Clock: webhookd.SystemClock{}}
-		if _, err := rec.RunOnce(context.Background()); err != nil {
+		if _, _, err := rec.RunOnce(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -591,15 +591,48 @@ func TestReconcilerPassIsBoundedOldestFirst(t *testing.T) {
 		want = append([]string{evs[0].Deliveries[0].ID}, want...)
 	}
 	rec := &dispatcher.Reconciler{DB: e.db, Queue: e.worker.Queue, Clock: webhookd.SystemClock{}, MaxPerPass: 10}
-	n, err := rec.RunOnce(ctx)
-	if err != nil || n != 10 {
-		t.Fatalf("offered %d (%v), want 10", n, err)
-	}
 	insp := asynq.NewInspectorFromRedisClient(e.redis)
-	for i, id := range want {
-		_, err := insp.GetTaskInfo(dispatcher.DefaultQueue, id)
-		if queued := err == nil; queued != (i < 10) {
-			t.Errorf("delivery %d (due %d s after the first): queued=%v", i, i, queued)
+	// Each pass takes the next window; the third reaches the end, and the
+	// fourth starts from the longest overdue again.
+	for pass, wantQueued := range []int{10, 20, 25} {
+		ran, n, err := rec.RunOnce(ctx)
+		if err != nil || !ran || n != min(10, 25-pass*10) {
+			t.Fatalf("pass %d: ran=%v offered %d (%v)", pass, ran, n, err)
+		}
+		for i, id := range want {
+			_, err := insp.GetTaskInfo(dispatcher.DefaultQueue, id)
+			if queued := err == nil; queued != (i < wantQueued) {
+				t.Errorf("pass %d: delivery %d (due %d s after the first): queued=%v", pass, i, i, queued)
+			}
 		}
 	}
+	if _, n, _ := rec.RunOnce(ctx); n != 10 {
+		t.Fatalf("after the end, a pass offered %d, want the first 10 again", n)
+	}
+}
+
+// TestReconcilerRunsInOneProcessAtATime: while another process holds the
+// reconciler's turn, a pass does not run.
+func TestReconcilerRunsInOneProcessAtATime(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	e.worker.Stop()
+	ctx := context.Background()
+	rec := &dispatcher.Reconciler{DB: e.db, Queue: e.worker.Queue, Clock: webhookd.SystemClock{}}
+	held := make(chan struct{})
+	release := make(chan struct{})
+	go e.db.AsLeader(ctx, "reconciler", func(context.Context) error {
+		close(held)
+		<-release
+		return nil
+	})
+	<-held
+	if ran, _, err := rec.RunOnce(ctx); err != nil || ran {
+		t.Fatalf("ran=%v (%v) while another process holds the turn", ran, err)
+	}
+	close(release)
+	waitFor(t, 5*time.Second, "the turn to be free", func() bool {
+		ran, _, err := rec.RunOnce(ctx)
+		return err == nil && ran
+	})
 }

@@ -16,10 +16,12 @@ type Purged struct {
 // Purge removes finished deliveries (with their attempts and dead letters)
 // created before cutoff, events older than cutoff that have no delivery
 // left, and idempotency records expired at now. Deliveries still waiting
-// for an attempt are kept whatever their age.
+// for an attempt, with a redelivery asked for and not yet made, or held by
+// an attempt are kept whatever their age.
 func (s *Store) Purge(ctx context.Context, cutoff, now time.Time) (Purged, error) {
 	var p Purged
-	tag, err := s.q.Exec(ctx, `DELETE FROM deliveries WHERE created_at < $1 AND next_attempt_at IS NULL`, cutoff)
+	tag, err := s.q.Exec(ctx, `DELETE FROM deliveries WHERE created_at < $1 AND next_attempt_at IS NULL
+		AND manual_request_id IS NULL AND lease_owner IS NULL`, cutoff)
 	if err != nil {
 		return p, fmt.Errorf("purge deliveries: %w", err)
 	}

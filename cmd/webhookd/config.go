@@ -23,25 +23,31 @@ type Config struct {
 	Retention            time.Duration // WEBHOOKD_RETENTION; 336h
 	MaxPayloadBytes      int64         // WEBHOOKD_MAX_PAYLOAD_BYTES; 65536
 	MaxBatchBytes        int64         // WEBHOOKD_MAX_BATCH_BYTES; 1048576
-	WorkerConcurrency    int           // WEBHOOKD_WORKER_CONCURRENCY; 20
+	WorkerConcurrency    int           // WEBHOOKD_WORKER_CONCURRENCY; 500
+	EndpointMaxInFlight  int           // WEBHOOKD_ENDPOINT_MAX_IN_FLIGHT; 10
+	DatabaseMaxConns     int           // WEBHOOKD_DATABASE_MAX_CONNS; 20
+	ReconcileInterval    time.Duration // WEBHOOKD_RECONCILE_INTERVAL; 5s
 	LogLevel             string        // WEBHOOKD_LOG_LEVEL; info
 }
 
 // DefaultConfig returns the documented defaults.
 func DefaultConfig() Config {
 	return Config{
-		DatabaseURL:       "postgres://postgres@127.0.0.1:5432/webhookd?sslmode=disable",
-		RedisURL:          "redis://127.0.0.1:6379/0",
-		APIAddr:           ":8080",
-		DashboardAddr:     ":8081",
-		RetrySchedule:     "1m,15m,1h,24h",
-		ConnectTimeout:    10 * time.Second,
-		ResponseTimeout:   30 * time.Second,
-		Retention:         336 * time.Hour,
-		MaxPayloadBytes:   65536,
-		MaxBatchBytes:     1 << 20,
-		WorkerConcurrency: 20,
-		LogLevel:          "info",
+		DatabaseURL:         "postgres://postgres@127.0.0.1:5432/webhookd?sslmode=disable",
+		RedisURL:            "redis://127.0.0.1:6379/0",
+		APIAddr:             ":8080",
+		DashboardAddr:       ":8081",
+		RetrySchedule:       "1m,15m,1h,24h",
+		ConnectTimeout:      10 * time.Second,
+		ResponseTimeout:     30 * time.Second,
+		Retention:           336 * time.Hour,
+		MaxPayloadBytes:     65536,
+		MaxBatchBytes:       1 << 20,
+		WorkerConcurrency:   500,
+		EndpointMaxInFlight: 10,
+		DatabaseMaxConns:    20,
+		ReconcileInterval:   5 * time.Second,
+		LogLevel:            "info",
 	}
 }
 
@@ -64,6 +70,12 @@ func (c Config) Validate() error {
 		return errors.New("WEBHOOKD_MAX_BATCH_BYTES must be at least WEBHOOKD_MAX_PAYLOAD_BYTES")
 	case c.WorkerConcurrency < 1:
 		return errors.New("WEBHOOKD_WORKER_CONCURRENCY must be at least 1")
+	case c.EndpointMaxInFlight < 1:
+		return errors.New("WEBHOOKD_ENDPOINT_MAX_IN_FLIGHT must be at least 1")
+	case c.DatabaseMaxConns < 4:
+		return errors.New("WEBHOOKD_DATABASE_MAX_CONNS must be at least 4")
+	case c.ReconcileInterval <= 0:
+		return errors.New("WEBHOOKD_RECONCILE_INTERVAL must be positive")
 	}
 	return nil
 }
@@ -120,10 +132,13 @@ func (c *Config) bind(fs *flag.FlagSet, getenv func(string) string) func() error
 	dur(&c.Retention, "retention", "WEBHOOKD_RETENTION", "how long deliveries, attempts and dead letters are kept")
 	i64(&c.MaxPayloadBytes, "max-payload-bytes", "WEBHOOKD_MAX_PAYLOAD_BYTES", "largest request body")
 	i64(&c.MaxBatchBytes, "max-batch-bytes", "WEBHOOKD_MAX_BATCH_BYTES", "largest batch request body")
-	conc := int64(c.WorkerConcurrency)
+	dur(&c.ReconcileInterval, "reconcile-interval", "WEBHOOKD_RECONCILE_INTERVAL", "how often due deliveries without a task are re-enqueued")
+	conc, perEndpoint, conns := int64(c.WorkerConcurrency), int64(c.EndpointMaxInFlight), int64(c.DatabaseMaxConns)
 	i64(&conc, "worker-concurrency", "WEBHOOKD_WORKER_CONCURRENCY", "parallel deliveries per worker")
+	i64(&perEndpoint, "endpoint-max-in-flight", "WEBHOOKD_ENDPOINT_MAX_IN_FLIGHT", "parallel deliveries per endpoint per worker")
+	i64(&conns, "database-max-conns", "WEBHOOKD_DATABASE_MAX_CONNS", "PostgreSQL connections per process")
 	return func() error {
-		c.WorkerConcurrency = int(conc)
+		c.WorkerConcurrency, c.EndpointMaxInFlight, c.DatabaseMaxConns = int(conc), int(perEndpoint), int(conns)
 		if len(errs) > 0 {
 			return errors.Join(errs...)
 		}

@@ -66,7 +66,7 @@ func (m *Main) OpenDB(ctx context.Context) error {
 		return nil
 	}
 	db, err := storage.Open(ctx, storage.Config{URL: m.Config.DatabaseURL, SearchPath: m.SearchPath,
-		MaxConns: int32(max(20, m.Config.WorkerConcurrency+10))})
+		MaxConns: int32(m.Config.DatabaseMaxConns)}) // attempts hold no connection through their request
 	if err != nil {
 		return err
 	}
@@ -105,6 +105,7 @@ func (m *Main) Start(ctx context.Context, roles Roles) error {
 		return fmt.Errorf("WEBHOOKD_RETRY_SCHEDULE: %w", err)
 	}
 	wcfg := dispatcher.Config{DB: m.DB, Redis: m.Redis, Schedule: schedule, Concurrency: m.Config.WorkerConcurrency,
+		EndpointMaxInFlight: m.Config.EndpointMaxInFlight, ReconcileInterval: m.Config.ReconcileInterval,
 		HTTP: dispatcher.HTTPConfig{ConnectTimeout: m.Config.ConnectTimeout, ResponseTimeout: m.Config.ResponseTimeout,
 			AllowPrivateNetworks: m.Config.AllowPrivateNetworks},
 		Retention: m.Config.Retention, Logger: m.Logger, Metrics: m.Registry}
@@ -112,7 +113,7 @@ func (m *Main) Start(ctx context.Context, roles Roles) error {
 	if roles.Worker {
 		var deliverer *dispatcher.Deliverer
 		replayer := &deadletter.Replayer{DB: m.DB, Logger: m.Logger,
-			Lease: wcfg.WithDefaults().TaskTimeout() + time.Minute, // above one attempt
+			Lease: wcfg.WithDefaults().Lease() + time.Minute, // above one attempt
 			Attempt: func(ctx context.Context, deliveryID, by string) (bool, error) {
 				return deliverer.Replay(ctx, deliveryID, by)
 			}}

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/storage"
 )
 
@@ -143,4 +144,39 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// Record makes attempt a the delivery's next one and moves the delivery as
+// tr says, the way the worker records an attempt: it leases the delivery,
+// then records. a's delivery id, number and request id are filled in; its
+// URL, trigger and start time default to a loopback URL, auto and tr.Now
+// (itself defaulting to now).
+func Record(t testing.TB, db *storage.DB, deliveryID string, a webhookd.Attempt, tr storage.Transition) webhookd.Attempt {
+	t.Helper()
+	ctx := context.Background()
+	if tr.Now.IsZero() {
+		tr.Now = time.Now().UTC()
+	}
+	token := storage.NewRequestID()
+	ls, err := db.ClaimDeliveries(ctx, tr.Now, tr.Now.Add(time.Minute),
+		[]storage.Claim{{DeliveryID: deliveryID, Token: token, Mode: storage.ClaimAny}})
+	if err != nil || !ls[0].Held {
+		t.Fatalf("testenv: lease %s: %+v, %v", deliveryID, ls, err)
+	}
+	a.DeliveryID, a.Number, a.RequestID = deliveryID, ls[0].Delivery.AttemptsCount+1, token
+	if a.URL == "" {
+		a.URL = "http://127.0.0.1:9/hook"
+	}
+	if a.Trigger == "" {
+		a.Trigger = webhookd.TriggerAuto
+	}
+	if a.StartedAt.IsZero() {
+		a.StartedAt = tr.Now
+	}
+	tr.Auto = tr.Auto || a.Trigger == webhookd.TriggerAuto || a.Trigger == webhookd.TriggerTest
+	ok, err := db.RecordAttempts(ctx, []storage.Record{{Lease: &ls[0], Attempt: &a, Transition: tr}})
+	if err != nil || !ok[0] {
+		t.Fatalf("testenv: record %s: %v, %v", deliveryID, ok, err)
+	}
+	return a
 }

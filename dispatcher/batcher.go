@@ -1,0 +1,142 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// errBatcherStopped is what Do returns once the batcher has stopped.
+var errBatcherStopped = errors.New("batcher stopped")
+
+// batcher is group commit: calls of Do from many goroutines that arrive
+// while earlier ones are being written travel together in one call of
+// flush (one statement and one commit), up to max items at a time. It adds
+// no delay of its own: an idle batcher flushes a lone item at once, and a
+// busy one gathers what arrives meanwhile. Do returns only after its
+// item's flush has returned, so nothing is reported done before its commit.
+type batcher[T, R any] struct {
+	flush   func(ctx context.Context, items []T) ([]R, error)
+	max     int
+	timeout time.Duration // bounds one flush, whatever the callers' contexts
+	in      chan batchItem[T, R]
+	slots   chan struct{} // flushes running at once
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	once    sync.Once
+}
+
+type batchItem[T, R any] struct {
+	v    T
+	done chan batchResult[R]
+}
+
+type batchResult[R any] struct {
+	r   R
+	err error
+}
+
+// newBatcher starts a batcher running up to flushers flushes at once.
+func newBatcher[T, R any](max, flushers int, timeout time.Duration, flush func(context.Context, []T) ([]R, error)) *batcher[T, R] {
+	b := &batcher[T, R]{flush: flush, max: max, timeout: timeout, in: make(chan batchItem[T, R], 4*max),
+		slots: make(chan struct{}, flushers), stop: make(chan struct{})}
+	b.wg.Add(1)
+	go b.run()
+	return b
+}
+
+// Do adds v to the next flush and waits for its result. ctx bounds only
+// the wait to join a flush: once v is in one, Do waits for it to end.
+func (b *batcher[T, R]) Do(ctx context.Context, v T) (R, error) {
+	it := batchItem[T, R]{v: v, done: make(chan batchResult[R], 1)}
+	select {
+	case b.in <- it:
+	case <-b.stop:
+		var zero R
+		return zero, errBatcherStopped
+	case <-ctx.Done():
+		var zero R
+		return zero, ctx.Err()
+	}
+	res := <-it.done
+	return res.r, res.err
+}
+
+// Stop flushes what was handed in and ends the batcher. Callers of Do must
+// have returned (or stopped calling) before.
+func (b *batcher[T, R]) Stop() {
+	b.once.Do(func() { close(b.stop) })
+	b.wg.Wait()
+}
+
+func (b *batcher[T, R]) run() {
+	defer b.wg.Done()
+	var flushes sync.WaitGroup
+	defer flushes.Wait()
+	for {
+		b.slots <- struct{}{} // wait for a free flush before gathering: items pile up meanwhile
+		var items []batchItem[T, R]
+		select {
+		case it := <-b.in:
+			items = append(items, it)
+		case <-b.stop:
+			<-b.slots
+			b.drain()
+			return
+		}
+	gather:
+		for len(items) < b.max {
+			select {
+			case it := <-b.in:
+				items = append(items, it)
+			default:
+				break gather
+			}
+		}
+		flushes.Add(1)
+		go func() {
+			defer flushes.Done()
+			defer func() { <-b.slots }()
+			b.write(items)
+		}()
+	}
+}
+
+// drain flushes whatever is still in the channel after Stop.
+func (b *batcher[T, R]) drain() {
+	for {
+		select {
+		case it := <-b.in:
+			b.write([]batchItem[T, R]{it})
+		default:
+			return
+		}
+	}
+}
+
+// write flushes items together; if that fails and there are several, each
+// is flushed on its own, so one item that cannot be written (or a deadlock
+// between two flushes) does not fail the others.
+func (b *batcher[T, R]) write(items []batchItem[T, R]) {
+	vs := make([]T, len(items))
+	for i, it := range items {
+		vs[i] = it.v
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
+	rs, err := b.flush(ctx, vs)
+	cancel()
+	if err != nil && len(items) > 1 {
+		for _, it := range items {
+			b.write([]batchItem[T, R]{it})
+		}
+		return
+	}
+	for i, it := range items {
+		var r R
+		if err == nil {
+			r = rs[i]
+		}
+		it.done <- batchResult[R]{r: r, err: err}
+	}
+}

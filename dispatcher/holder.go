@@ -1,0 +1,166 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/webhookd/webhookd"
+)
+
+// holdFor is how long a held-back task sleeps in asynq's retry set unless
+// the holder wakes it sooner. It only matters if every wake-up was missed
+// (a worker killed between the two): then the task comes back on its own.
+const holdFor = 5 * time.Minute
+
+// holder keeps deliveries that their endpoint cannot take yet (at its
+// in-flight cap, or over its rate_limit_per_second) out of everyone's way.
+// A held delivery's task sleeps in asynq's retry set, which costs nothing
+// while it waits, and its id waits in a Redis sorted set per endpoint,
+// scored by when it may go. When the endpoint has room again (a slot freed
+// in this process, or the periodic pass finds one), the holder moves the
+// longest-waiting ids' tasks back to pending. Nothing is polled per held
+// delivery, so a backlog of B held deliveries costs nothing per second.
+//
+// Redis holds only the schedule, as everywhere: a held delivery is still
+// due in PostgreSQL, and its asynq task is live, so the reconciler leaves
+// it alone; if Redis is lost, the reconciler enqueues it again.
+type holder struct {
+	rdb       redis.UniversalClient
+	inspector *asynq.Inspector
+	queue     *Queue
+	gate      *gate
+	prefix    string // of the sorted sets; prefix + "endpoints" lists the endpoints with held deliveries
+	clock     webhookd.Clock
+	log       *slog.Logger
+	interval  time.Duration
+
+	mu    sync.Mutex
+	rates map[string]int // endpoints' rate_limit_per_second, learnt from their claims
+
+	loop
+}
+
+func newHolder(rdb redis.UniversalClient, q *Queue, g *gate, clock webhookd.Clock, log *slog.Logger) *holder {
+	return &holder{rdb: rdb, inspector: asynq.NewInspectorFromRedisClient(rdb), queue: q, gate: g,
+		prefix: "webhookd:{" + q.queue + "}:held:", clock: clock, log: log, interval: 250 * time.Millisecond,
+		rates: map[string]int{}}
+}
+
+func (h *holder) key(ep string) string { return h.prefix + ep }
+func (h *holder) endpointsKey() string { return h.prefix + "endpoints" }
+
+// hold parks delivery id of endpoint ep until at (or until the endpoint
+// has room) and returns what the task's handler returns: a retry far off.
+func (h *holder) hold(ctx context.Context, ep, id string, at time.Time, reason string) error {
+	_, err := h.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.ZAdd(ctx, h.key(ep), redis.Z{Score: float64(at.UnixMilli()), Member: id})
+		p.SAdd(ctx, h.endpointsKey(), ep)
+		return nil
+	})
+	if err != nil { // cannot hold it: try again soon instead
+		return &RetryAt{At: h.clock.Now().Add(time.Second), Reason: reason}
+	}
+	return &RetryAt{At: h.clock.Now().Add(holdFor), Reason: reason + "; held back"}
+}
+
+// setRate records ep's rate_limit_per_second (nil: none).
+func (h *holder) setRate(ep string, r *int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if r == nil {
+		delete(h.rates, ep)
+	} else {
+		h.rates[ep] = *r
+	}
+}
+
+func (h *holder) rate(ep string) (int, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	r, ok := h.rates[ep]
+	return r, ok
+}
+
+// Start wakes held deliveries when a slot frees and every interval.
+func (h *holder) Start(ctx context.Context) {
+	h.start(ctx, h.interval, func(ctx context.Context) { h.pass(ctx) })
+	stop := h.loop.stop
+	h.done.Go(func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-stop:
+				return
+			case ep := <-h.gate.freed:
+				h.wake(ctx, ep)
+			}
+		}
+	})
+}
+
+// pass wakes what may go of every endpoint with held deliveries.
+func (h *holder) pass(ctx context.Context) {
+	eps, err := h.rdb.SMembers(ctx, h.endpointsKey()).Result()
+	if err != nil {
+		return
+	}
+	for _, ep := range eps {
+		h.wake(ctx, ep)
+	}
+}
+
+var wakeScript = redis.NewScript(`
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+if #ids > 0 then redis.call('ZREM', KEYS[1], unpack(ids)) end
+if redis.call('ZCARD', KEYS[1]) == 0 then redis.call('SREM', KEYS[2], ARGV[3]) end
+return ids`)
+
+// wake moves as many of ep's held deliveries back to the queue as it has
+// room for: free slots, and no more than its rate allows per interval.
+func (h *holder) wake(ctx context.Context, ep string) {
+	n := h.gate.free(ep)
+	if r, ok := h.rate(ep); ok {
+		n = min(n, max(1, int(float64(r)*h.interval.Seconds())))
+	}
+	if n == 0 {
+		return
+	}
+	now := h.clock.Now()
+	ids, err := wakeScript.Run(ctx, h.rdb, []string{h.key(ep), h.endpointsKey()},
+		now.UnixMilli(), n, ep).StringSlice()
+	if err != nil {
+		return
+	}
+	for _, id := range ids {
+		err := h.inspector.RunTask(h.queue.queue, id)
+		switch {
+		case err == nil:
+		case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
+			// Its task is gone (Redis lost it): it is still due in PostgreSQL.
+			if err := h.queue.Enqueue(ctx, webhookd.ScheduledDelivery{ID: id, EndpointID: ep, DueAt: now}); err != nil {
+				h.log.Debug("re-enqueue of a held delivery failed; the reconciler will", "delivery_id", id, "err", err)
+			}
+		default:
+			// Still active (its handler has not returned yet) or pending:
+			// look again shortly.
+			h.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				p.ZAdd(ctx, h.key(ep), redis.Z{Score: float64(now.Add(time.Second).UnixMilli()), Member: id})
+				p.SAdd(ctx, h.endpointsKey(), ep)
+				return nil
+			})
+		}
+	}
+}
+
+// heldCount is how many deliveries wait in ep's set (tests, metrics).
+func (h *holder) heldCount(ctx context.Context, ep string) int64 {
+	n, _ := h.rdb.ZCard(ctx, h.key(ep)).Result()
+	return n
+}

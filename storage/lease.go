@@ -1,0 +1,267 @@
+package storage
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/webhookd/webhookd"
+)
+
+// ClaimMode says which state a delivery must be in for an attempt to lease it.
+type ClaimMode int32
+
+// Claim modes.
+const (
+	// ClaimAuto takes the automatic attempt due now: the delivery is
+	// pending or retrying and its next_attempt_at has come.
+	ClaimAuto ClaimMode = iota
+	// ClaimManual takes a recorded redelivery request: the delivery's
+	// manual_request_id is still Claim.RequestID, whatever its state.
+	ClaimManual
+	// ClaimReplay takes a dead letter for a replay job: only while the
+	// delivery is still a dead letter.
+	ClaimReplay
+	// ClaimAny takes the delivery whatever its state (an attempt that never
+	// changes it, such as the inspector's, and tests).
+	ClaimAny
+)
+
+// Claim asks for the lease of one delivery for one attempt.
+type Claim struct {
+	DeliveryID string
+	Token      string // the lease owner: the attempt's request id
+	Mode       ClaimMode
+	RequestID  string // ClaimManual: the redelivery request served
+}
+
+// Lease is what a Claim found: the delivery with its event and endpoint as
+// they were when the claim ran, and whether the lease is now the claim's.
+type Lease struct {
+	Found           bool // false: no such delivery (purged)
+	Held            bool // the claim holds the lease
+	Token           string
+	Until           time.Time  // when a held lease runs out
+	OtherUntil      *time.Time // when someone else's lease runs out, if one was held
+	Delivery        webhookd.Delivery
+	AutoAttempts    int // automatic attempts made so far
+	Event           webhookd.Event
+	Endpoint        webhookd.Endpoint
+	EndpointDeleted bool
+	MaxInFlight     *int    // the endpoint's own in-flight cap, if set
+	Trigger         string  // what automatic attempts are logged as: auto or test
+	ManualRequest   *string // the redelivery asked for and not yet made, if any
+	ManualBy        *string // who asked for it
+}
+
+// ClaimDeliveries leases the deliveries cs name, each while it is free (no
+// lease, or one that ran out at now) and in the state its mode asks for,
+// until until. All claims travel in one statement and one commit; the
+// result has one Lease per claim, in order. Two claims of one delivery in
+// one call: at most one holds it.
+func (db *DB) ClaimDeliveries(ctx context.Context, now, until time.Time, cs []Claim) ([]Lease, error) {
+	ids, tokens, modes, reqs := make([]string, len(cs)), make([]string, len(cs)), make([]int32, len(cs)), make([]string, len(cs))
+	for i, c := range cs {
+		ids[i], tokens[i], modes[i], reqs[i] = c.DeliveryID, c.Token, int32(c.Mode), c.RequestID
+	}
+	rows, err := db.pool.Query(ctx, `WITH c AS (
+			SELECT * FROM unnest($1::text[], $2::text[], $3::int4[], $4::text[]) WITH ORDINALITY AS c(id, token, mode, request_id, ord)
+		), held AS (
+			UPDATE deliveries d SET lease_owner = c.token, lease_until = $6
+			FROM c WHERE d.id = c.id AND (d.lease_until IS NULL OR d.lease_until <= $5) AND CASE c.mode
+				WHEN 0 THEN d.status IN ('pending', 'retrying') AND d.next_attempt_at <= $5
+				WHEN 1 THEN d.manual_request_id = c.request_id
+				WHEN 2 THEN d.status = 'dead_letter'
+				WHEN 3 THEN true
+				ELSE false END
+			RETURNING c.token
+		)
+		SELECT c.ord, held.token IS NOT NULL, `+deliveryColumns+`, d.auto_attempts, d.lease_until,
+			e.type, e.data, e.external_id, e.created_at,
+			p.url, p.status, p.secret, p.previous_secret, p.previous_expires_at, p.rate_limit_per_second, p.deleted_at,
+			p.max_in_flight, d.trigger, d.manual_request_id, d.manual_requested_by
+		FROM c JOIN deliveries d ON d.id = c.id JOIN events e ON e.id = d.event_id JOIN endpoints p ON p.id = d.endpoint_id
+			LEFT JOIN held ON held.token = c.token`,
+		ids, tokens, modes, reqs, now, until)
+	if err != nil {
+		return nil, fmt.Errorf("claim deliveries: %w", err)
+	}
+	defer rows.Close()
+	out := make([]Lease, len(cs))
+	for rows.Next() {
+		var (
+			ord     int
+			l       Lease
+			deleted *time.Time
+		)
+		d, ev, ep := &l.Delivery, &l.Event, &l.Endpoint
+		if err := rows.Scan(&ord, &l.Held, &d.ID, &d.ProjectID, &d.EventID, &d.EndpointID, &d.EventType, &d.Status,
+			&d.AttemptsCount, &d.NextAttemptAt, &d.LastStatusCode, &d.LastError, &d.CreatedAt, &d.UpdatedAt,
+			&l.AutoAttempts, &l.OtherUntil,
+			&ev.Type, &ev.Data, &ev.ExternalID, &ev.CreatedAt,
+			&ep.URL, &ep.Status, &ep.Secret, &ep.PreviousSecret, &ep.PreviousExpiresAt, &ep.RateLimitPerSecond, &deleted,
+			&l.MaxInFlight, &l.Trigger, &l.ManualRequest, &l.ManualBy); err != nil {
+			return nil, fmt.Errorf("claim deliveries: %w", err)
+		}
+		l.Found, l.Token = true, cs[ord-1].Token
+		ev.ID, ev.ProjectID = d.EventID, d.ProjectID
+		ep.ID, ep.ProjectID = d.EndpointID, d.ProjectID
+		l.EndpointDeleted = deleted != nil
+		if l.Held {
+			l.Until, l.OtherUntil = until, nil
+		}
+		out[ord-1] = l
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("claim deliveries: %w", err)
+	}
+	return out, nil
+}
+
+// Transition is the state a delivery moves to after an attempt (or without
+// one, when its endpoint is disabled).
+type Transition struct {
+	Status           string     // the new delivery status
+	NextAttemptAt    *time.Time // for pending and retrying
+	DeadLetterReason string     // when Status is dead_letter
+	DisableEndpoint  bool       // 410 Gone: disable with reason gone
+	ReplayedBy       string     // who replayed, when a dead letter now succeeded
+	// ManualDone clears the delivery's pending redelivery request: this
+	// attempt was it.
+	ManualDone bool
+	// Auto says the attempt was an automatic one: it counts towards the
+	// retry schedule.
+	Auto bool
+	Now  time.Time
+}
+
+// Record is the end of one leased attempt: the attempt made (nil for none)
+// and the state the delivery moves to.
+type Record struct {
+	Lease      *Lease
+	Attempt    *webhookd.Attempt
+	Transition Transition
+}
+
+// RecordAttempts records each attempt and moves its delivery, and gives the
+// lease up, where the record's lease is still held; the rest change
+// nothing. All records travel in one statement and one commit. The result
+// tells, in order, which records were applied.
+func (db *DB) RecordAttempts(ctx context.Context, rs []Record) ([]bool, error) {
+	n := len(rs)
+	var (
+		ids, tokens, statuses, dlOps, dlIDs, dlReasons, replayedBy = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		counts, autos                                              = make([]int32, n), make([]int32, n)
+		nexts                                                      = make([]*time.Time, n)
+		nows                                                       = make([]time.Time, n)
+		codes                                                      = make([]*int, n)
+		errTexts                                                   = make([]*string, n)
+		manualDone, disable                                        = make([]bool, n), make([]bool, n)
+		aNumbers                                                   = make([]*int32, n)
+		aReqIDs, aURLs, aTriggers, aBodies                         = make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n)
+		aDurations                                                 = make([]*int64, n)
+		aStarted                                                   = make([]*time.Time, n)
+		aReqH, aRespH                                              = make([]*string, n), make([]*string, n)
+	)
+	for i, r := range rs {
+		l, t, d := r.Lease, r.Transition, r.Lease.Delivery
+		ids[i], tokens[i], statuses[i] = d.ID, l.Token, t.Status
+		counts[i], autos[i] = int32(d.AttemptsCount), int32(l.AutoAttempts)
+		codes[i], errTexts[i] = d.LastStatusCode, d.LastError
+		nexts[i], nows[i], manualDone[i], disable[i], replayedBy[i] = t.NextAttemptAt, t.Now, t.ManualDone, t.DisableEndpoint, t.ReplayedBy
+		if a := r.Attempt; a != nil {
+			counts[i], codes[i], errTexts[i] = int32(a.Number), a.StatusCode, a.Error
+			if t.Auto {
+				autos[i]++
+			}
+			num, dur := int32(a.Number), a.DurationMS
+			reqH, _ := json.Marshal(a.RequestHeaders)
+			respH, _ := json.Marshal(a.ResponseHeaders)
+			rh, sh := string(reqH), string(respH)
+			aNumbers[i], aReqIDs[i], aURLs[i], aTriggers[i], aBodies[i] = &num, &a.RequestID, &a.URL, &a.Trigger, &a.ResponseBody
+			aDurations[i], aStarted[i], aReqH[i], aRespH[i] = &dur, &a.StartedAt, &rh, &sh
+		}
+		switch {
+		case t.Status == webhookd.DeliveryDeadLetter && d.Status != webhookd.DeliveryDeadLetter:
+			dlOps[i], dlIDs[i], dlReasons[i] = "insert", newID(prefixDeadLetter), t.DeadLetterReason
+		case t.Status == webhookd.DeliveryDeadLetter:
+			dlOps[i] = "update"
+		case t.Status == webhookd.DeliverySucceeded && d.Status == webhookd.DeliveryDeadLetter:
+			dlOps[i] = "replayed"
+		}
+	}
+	rows, err := db.pool.Query(ctx, `WITH r AS (
+			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int4[], $5::int4[], $6::timestamptz[],
+				$7::int4[], $8::text[], $9::bool[], $10::text[], $11::text[], $12::text[], $13::text[], $14::bool[],
+				$15::timestamptz[], $16::int4[], $17::text[], $18::text[], $19::text[], $20::int8[], $21::timestamptz[],
+				$22::jsonb[], $23::jsonb[], $24::text[])
+			AS r(id, token, status, attempts_count, auto_attempts, next_attempt_at,
+				last_status_code, last_error, manual_done, dl_op, dl_id, dl_reason, replayed_by, disable,
+				now, a_number, a_request_id, a_url, a_trigger, a_duration_ms, a_started_at,
+				a_request_headers, a_response_headers, a_body)
+		), u AS (
+			UPDATE deliveries d SET status = r.status, attempts_count = r.attempts_count, auto_attempts = r.auto_attempts,
+				next_attempt_at = r.next_attempt_at, last_status_code = r.last_status_code, last_error = r.last_error,
+				updated_at = r.now,
+				manual_request_id = CASE WHEN r.manual_done THEN NULL ELSE d.manual_request_id END,
+				manual_requested_by = CASE WHEN r.manual_done THEN NULL ELSE d.manual_requested_by END,
+				lease_owner = NULL, lease_until = NULL
+			FROM r WHERE d.id = r.id AND d.lease_owner = r.token
+			RETURNING d.id, d.project_id, d.event_id, d.endpoint_id, d.event_type
+		), a AS (
+			INSERT INTO attempts (delivery_id, number, request_id, url, trigger, status_code, error,
+				duration_ms, started_at, request_headers, response_headers, response_body)
+			SELECT r.id, r.a_number, r.a_request_id, r.a_url, r.a_trigger, r.last_status_code, r.last_error,
+				r.a_duration_ms, r.a_started_at, r.a_request_headers, r.a_response_headers, r.a_body
+			FROM r JOIN u ON u.id = r.id WHERE r.a_number IS NOT NULL
+		), dl AS (
+			INSERT INTO dead_letters (id, project_id, delivery_id, event_id, endpoint_id, event_type,
+				reason, last_status_code, dead_lettered_at)
+			SELECT r.dl_id, u.project_id, u.id, u.event_id, u.endpoint_id, u.event_type, r.dl_reason, r.last_status_code, r.now
+			FROM r JOIN u ON u.id = r.id WHERE r.dl_op = 'insert'
+			ON CONFLICT (delivery_id) DO UPDATE SET reason = EXCLUDED.reason, last_status_code = EXCLUDED.last_status_code,
+				dead_lettered_at = EXCLUDED.dead_lettered_at, replayed_at = NULL, replayed_by = NULL
+		), dlu AS (
+			UPDATE dead_letters x SET
+				last_status_code = CASE WHEN r.dl_op = 'update' THEN r.last_status_code ELSE x.last_status_code END,
+				replayed_at = CASE WHEN r.dl_op = 'replayed' THEN r.now ELSE x.replayed_at END,
+				replayed_by = CASE WHEN r.dl_op = 'replayed' THEN r.replayed_by ELSE x.replayed_by END
+			FROM r JOIN u ON u.id = r.id WHERE x.delivery_id = r.id AND r.dl_op IN ('update', 'replayed')
+		), ep AS (
+			UPDATE endpoints p SET status = 'disabled', disabled_reason = 'gone', version = p.version + 1, updated_at = r.now
+			FROM r JOIN u ON u.id = r.id WHERE p.id = u.endpoint_id AND r.disable AND p.status = 'active'
+		)
+		SELECT id FROM u`,
+		ids, tokens, statuses, counts, autos, nexts, codes, errTexts, manualDone, dlOps, dlIDs, dlReasons, replayedBy, disable,
+		nows, aNumbers, aReqIDs, aURLs, aTriggers, aDurations, aStarted, aReqH, aRespH, aBodies)
+	if err != nil {
+		return nil, fmt.Errorf("record attempts: %w", err)
+	}
+	applied, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("record attempts: %w", err)
+	}
+	done := make(map[string]bool, len(applied))
+	for _, id := range applied {
+		done[id] = true
+	}
+	out := make([]bool, n)
+	for i := range rs {
+		out[i] = done[ids[i]]
+	}
+	return out, nil
+}
+
+// ReleaseLease gives a lease up without a change: the attempt was not made
+// (held back by the endpoint's rate limit, or the worker is stopping).
+func (db *DB) ReleaseLease(ctx context.Context, deliveryID, token string) error {
+	_, err := db.pool.Exec(ctx, `UPDATE deliveries SET lease_owner = NULL, lease_until = NULL
+		WHERE id = $1 AND lease_owner = $2`, deliveryID, token)
+	if err != nil {
+		return fmt.Errorf("release lease of %s: %w", deliveryID, err)
+	}
+	return nil
+}
