@@ -1,0 +1,64 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// benchDatabase is a PostgreSQL database made for one scenario run and
+// dropped after it.
+type benchDatabase struct {
+	Name     string
+	URL      string // the database's own URL, for webhookd
+	adminURL string
+}
+
+// createDatabase makes webhookd_bench_<pid>_<n> on the server at adminURL.
+func createDatabase(ctx context.Context, adminURL, name string) (*benchDatabase, error) {
+	u, err := url.Parse(adminURL)
+	if err != nil {
+		return nil, fmt.Errorf("database url: %w", err)
+	}
+	u.Path = "/" + name
+	conn, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return nil, fmt.Errorf("connect to PostgreSQL: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	// name is ours (webhookd_bench_<pid>_<n>), so it needs no quoting.
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		return nil, fmt.Errorf("create database %s: %w", name, err)
+	}
+	return &benchDatabase{Name: name, URL: u.String(), adminURL: adminURL}, nil
+}
+
+// Drop removes the database, closing whatever connections are left.
+func (d *benchDatabase) Drop() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, d.adminURL)
+	if err != nil {
+		return fmt.Errorf("drop database %s: %w", d.Name, err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+d.Name+" WITH (FORCE)"); err != nil {
+		return fmt.Errorf("drop database %s: %w", d.Name, err)
+	}
+	return nil
+}
+
+// postgresVersion is SELECT version() on the server at adminURL.
+func postgresVersion(ctx context.Context, adminURL string) (string, error) {
+	conn, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return "", fmt.Errorf("connect to PostgreSQL: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var v string
+	err = conn.QueryRow(ctx, "SELECT version()").Scan(&v)
+	return v, err
+}

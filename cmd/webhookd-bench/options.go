@@ -1,0 +1,141 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Options is the tool's command line. Each field's comment names its flag
+// and default; the sizes default to the full benchmark, and make bench-smoke
+// passes small ones.
+type Options struct {
+	Webhookd    string // -webhookd; bin/webhookd
+	Build       bool   // -build; false: build -webhookd from ./cmd/webhookd first
+	DatabaseURL string // -database-url; the local server's postgres database
+	Runs        int    // -runs; 3
+	Out         string // -out; BENCHMARKS.md ("-" prints to stdout)
+	Strict      bool   // -strict; false: exit 3 when a target is missed
+	Scenarios   string // -scenarios; all, comma-separated
+
+	CeilingTasks int // -ceiling-tasks; 50000
+
+	BurstEvents  int // -burst-events; 5000
+	BurstBatch   int // -burst-batch; 100
+	BurstClients int // -burst-clients; 4
+
+	SlowDeliveries int // -slow-deliveries; 20000
+	SlowEndpoints  int // -slow-endpoints; 100
+
+	NoisyHangEvents int           // -noisy-hang-events; 1000
+	NoisyRate       int           // -noisy-rate; 50 events/s
+	NoisyDuration   time.Duration // -noisy-duration; 20s
+
+	SteadyRate     int           // -steady-rate; 500 events/s
+	SteadyDuration time.Duration // -steady-duration; 20s
+
+	ScheduledCount int // -scheduled-count; 1000000
+
+	MaxInFlight       int // -max-in-flight; 100 (burst and steady endpoints; 0: never sent)
+	WorkerConcurrency int // -worker-concurrency; 0: webhookd's default
+
+	StallTimeout time.Duration // -stall-timeout; 30s without a new receipt ends a wait
+	MaxWait      time.Duration // -max-wait; 10m, the longest wait for deliveries
+}
+
+// defaultDatabaseURL is the server -database-url defaults to.
+const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+
+// scenarioNames lists every scenario in the order they run.
+var scenarioNames = []string{"burst", "slow", "noisy", "steady", "scheduled"}
+
+// bind registers every option on fs with its default.
+func (o *Options) bind(fs *flag.FlagSet) {
+	fs.StringVar(&o.Webhookd, "webhookd", "bin/webhookd", "the webhookd binary to measure")
+	fs.BoolVar(&o.Build, "build", false, "build -webhookd from ./cmd/webhookd before measuring")
+	fs.StringVar(&o.DatabaseURL, "database-url", defaultDatabaseURL,
+		"PostgreSQL server (on loopback) where each scenario run gets a fresh database")
+	fs.IntVar(&o.Runs, "runs", 3, "repetitions of every scenario; the report gives the median")
+	fs.StringVar(&o.Out, "out", "BENCHMARKS.md", `report file ("-": stdout)`)
+	fs.BoolVar(&o.Strict, "strict", false, "exit 3 when a target is missed")
+	fs.StringVar(&o.Scenarios, "scenarios", strings.Join(scenarioNames, ","), "scenarios to run, comma-separated")
+	fs.IntVar(&o.CeilingTasks, "ceiling-tasks", 50000, "tasks in the asynq no-op ceiling measurement")
+	fs.IntVar(&o.BurstEvents, "burst-events", 5000, "burst: events (each to 4 endpoints)")
+	fs.IntVar(&o.BurstBatch, "burst-batch", 100, "burst: events per batch request")
+	fs.IntVar(&o.BurstClients, "burst-clients", 4, "burst: concurrent clients")
+	fs.IntVar(&o.SlowDeliveries, "slow-deliveries", 20000, "slow: deliveries in all")
+	fs.IntVar(&o.SlowEndpoints, "slow-endpoints", 100, "slow: endpoints, each answering after 200ms")
+	fs.IntVar(&o.NoisyHangEvents, "noisy-hang-events", 1000, "noisy: events to the hanging endpoint")
+	fs.IntVar(&o.NoisyRate, "noisy-rate", 50, "noisy: events per second to the healthy endpoint")
+	fs.DurationVar(&o.NoisyDuration, "noisy-duration", 20*time.Second, "noisy: how long the healthy endpoint gets events")
+	fs.IntVar(&o.SteadyRate, "steady-rate", 500, "steady: events per second")
+	fs.DurationVar(&o.SteadyDuration, "steady-duration", 20*time.Second, "steady: how long events are sent")
+	fs.IntVar(&o.ScheduledCount, "scheduled-count", 1000000, "scheduled: deliveries scheduled an hour ahead")
+	fs.IntVar(&o.MaxInFlight, "max-in-flight", 100,
+		"max_in_flight sent for the burst and steady endpoints, so the per-endpoint cap is not what they measure (0: not sent)")
+	fs.IntVar(&o.WorkerConcurrency, "worker-concurrency", 0, "WEBHOOKD_WORKER_CONCURRENCY for every run (0: webhookd's default)")
+	fs.DurationVar(&o.StallTimeout, "stall-timeout", 30*time.Second, "give up waiting for deliveries after this long without a new one")
+	fs.DurationVar(&o.MaxWait, "max-wait", 10*time.Minute, "give up waiting for deliveries after this long in all")
+}
+
+// selected returns the scenarios to run, in their fixed order.
+func (o *Options) selected() []string {
+	want := strings.Split(o.Scenarios, ",")
+	var out []string
+	for _, name := range scenarioNames {
+		if slices.Contains(want, name) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// Validate names the first bad option.
+func (o *Options) Validate() error {
+	for _, s := range strings.Split(o.Scenarios, ",") {
+		if !slices.Contains(scenarioNames, s) {
+			return fmt.Errorf("-scenarios: unknown scenario %q (want some of %s)", s, strings.Join(scenarioNames, ","))
+		}
+	}
+	positive := map[string]int{"-runs": o.Runs, "-ceiling-tasks": o.CeilingTasks, "-burst-events": o.BurstEvents,
+		"-burst-batch": o.BurstBatch, "-burst-clients": o.BurstClients, "-slow-deliveries": o.SlowDeliveries,
+		"-slow-endpoints": o.SlowEndpoints, "-noisy-hang-events": o.NoisyHangEvents, "-noisy-rate": o.NoisyRate,
+		"-steady-rate": o.SteadyRate, "-scheduled-count": o.ScheduledCount}
+	for name, v := range positive {
+		if v < 1 {
+			return fmt.Errorf("%s must be at least 1", name)
+		}
+	}
+	switch {
+	case o.BurstBatch > 1000:
+		return errors.New("-burst-batch must be at most 1000 (the API's batch limit)")
+	case o.NoisyDuration <= 0 || o.SteadyDuration <= 0:
+		return errors.New("-noisy-duration and -steady-duration must be positive")
+	case o.StallTimeout <= 0 || o.MaxWait <= 0:
+		return errors.New("-stall-timeout and -max-wait must be positive")
+	case o.MaxInFlight < 0 || o.WorkerConcurrency < 0:
+		return errors.New("-max-in-flight and -worker-concurrency must not be negative")
+	}
+	return checkLoopbackURL(o.DatabaseURL)
+}
+
+// checkLoopbackURL refuses a database URL whose host is not on loopback:
+// the tool drives load, and it must only ever do so on this machine.
+func checkLoopbackURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("-database-url: %w", err)
+	}
+	if u.Hostname() == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(u.Hostname()); ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("-database-url: host %q is not a loopback address", u.Hostname())
+	}
+	return nil
+}

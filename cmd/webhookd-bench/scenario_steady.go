@@ -1,0 +1,54 @@
+package main
+
+import (
+	"context"
+	"fmt"
+)
+
+// steadyScenario: an even load well below capacity, one event per POST;
+// the latency a receiver sees when webhookd is not behind.
+var steadyScenario = scenario{
+	Name: "steady",
+	Title: func(o *Options) string {
+		return fmt.Sprintf("one instant endpoint on type bench.steady; %d events/s, one per POST, paced by a ticker "+
+			"from a pool of clients, for %s; latency from accepted to received", o.SteadyRate, o.SteadyDuration)
+	},
+	Run: runSteady,
+}
+
+func runSteady(ctx context.Context, o *Options, seq int) (result, error) {
+	s, err := prepareStack(ctx, o, seq)
+	if err != nil {
+		return result{}, err
+	}
+	defer s.Close()
+	if err := s.start(ctx); err != nil {
+		return result{}, err
+	}
+	note, err := s.createEndpoints(ctx, []endpoint{
+		{name: "steady", behaviour: instant, eventType: "bench.steady", maxInFlight: o.MaxInFlight}})
+	if err != nil {
+		return result{}, err
+	}
+	l := &ledger{}
+	p := poster{api: s.api, ledger: l, targets: []string{"steady"},
+		make: func(i int) eventIn { return eventIn{Type: "bench.steady", Data: map[string]int{"n": i}} }}
+	offered, err := p.Paced(ctx, o.SteadyRate, o.SteadyDuration)
+	if err != nil {
+		return result{}, err
+	}
+	if err := waitDelivered(ctx, s.recv, []string{"steady"}, l.Expected(), o.StallTimeout, o.MaxWait); err != nil {
+		return result{}, err
+	}
+	st := l.Stats(s.recv)
+	common, err := s.common(st, info)
+	if err != nil {
+		return result{}, err
+	}
+	figs := []figure{
+		{Name: "latency p50", Unit: milliseconds, Value: percentile(st.Latencies, 0.50), Target: info},
+		{Name: "latency p99", Unit: milliseconds, Value: percentile(st.Latencies, 0.99), Target: below(50, milliseconds)},
+		{Name: "events accepted/s", Unit: perSecond, Value: offered, Target: info},
+	}
+	return result{Figures: append(figs, common...), Notes: []string{note}}, nil
+}
