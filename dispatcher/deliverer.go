@@ -142,12 +142,15 @@ func (d *Deliverer) Attempt(ctx context.Context, r Request) (Result, error) {
 	if l.EndpointDeleted || l.Endpoint.Status != webhookd.EndpointActive {
 		return d.endpointDisabled(ctx, r, &l, now)
 	}
+	if auto && r.EndpointID == "" { // a task that did not name its endpoint: its cap applies now
+		if !d.gate.acquire(del.EndpointID) {
+			return d.holdLeased(ctx, &l, now, "endpoint at its in-flight cap")
+		}
+		defer d.gate.release(del.EndpointID)
+	}
 	if auto && !rateChecked && l.Endpoint.RateLimitPerSecond != nil {
 		if at, ok := d.allowed(ctx, del.EndpointID, *l.Endpoint.RateLimitPerSecond); !ok {
-			if err := d.db.ReleaseLease(context.WithoutCancel(ctx), del.ID, l.Token); err != nil {
-				return Result{}, err
-			}
-			return Result{Status: del.Status}, d.holder.hold(ctx, del.EndpointID, del.ID, at, "endpoint rate limit")
+			return d.holdLeased(ctx, &l, at, "endpoint rate limit")
 		}
 	}
 
@@ -183,6 +186,15 @@ func (d *Deliverer) Attempt(ctx context.Context, r Request) (Result, error) {
 		return res, &RetryAt{At: *t.NextAttemptAt, Reason: "retry on schedule"}
 	}
 	return res, nil
+}
+
+// holdLeased gives a lease up without an attempt and holds the delivery
+// back until at.
+func (d *Deliverer) holdLeased(ctx context.Context, l *storage.Lease, at time.Time, reason string) (Result, error) {
+	if err := d.db.ReleaseLease(context.WithoutCancel(ctx), l.Delivery.ID, l.Token); err != nil {
+		return Result{}, err
+	}
+	return Result{Status: l.Delivery.Status}, d.holder.hold(ctx, l.Delivery.EndpointID, l.Delivery.ID, at, reason)
 }
 
 // record records an attempt, trying again for a while when PostgreSQL

@@ -139,7 +139,7 @@ func (e *env) publish(typ string, n int) []string {
 	for _, ev := range out {
 		for _, d := range ev.Deliveries {
 			ids = append(ids, d.ID)
-			due = append(due, webhookd.ScheduledDelivery{ID: d.ID, DueAt: now})
+			due = append(due, webhookd.ScheduledDelivery{ID: d.ID, EndpointID: d.EndpointID, DueAt: now})
 		}
 	}
 	if err := e.worker.Queue.Enqueue(context.Background(), due...); err != nil {

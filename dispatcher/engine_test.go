@@ -1,0 +1,310 @@
+package dispatcher_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/dispatcher"
+	"github.com/webhookd/webhookd/storage"
+)
+
+// hanging is a receiver that holds every request open until the test
+// ends (or the client gives up), counting those it holds.
+type hanging struct {
+	*receiver
+	open, peak atomic.Int64
+	stop       chan struct{}
+}
+
+func newHanging(t *testing.T) *hanging {
+	h := &hanging{stop: make(chan struct{})}
+	h.receiver = newReceiver(t, h.answer)
+	t.Cleanup(func() { close(h.stop) }) // before the receiver closes: cleanups run last first
+	return h
+}
+
+func (h *hanging) answer(_ int, w http.ResponseWriter, r *http.Request) {
+	n := h.open.Add(1)
+	for p := h.peak.Load(); n > p && !h.peak.CompareAndSwap(p, n); p = h.peak.Load() {
+	}
+	defer h.open.Add(-1)
+	select {
+	case <-h.stop:
+	case <-r.Context().Done():
+	}
+	w.WriteHeader(200)
+}
+
+// TestNoConnectionHeldThroughARequest: while receivers hold many requests
+// open, the worker holds no PostgreSQL connection, so concurrency is not
+// bounded by the pool.
+func TestNoConnectionHeldThroughARequest(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *dispatcher.Config) { c.Concurrency = 60; c.EndpointMaxInFlight = 50 })
+	h := newHanging(t)
+	e.endpoint(h.URL, nil)
+	e.publish("a", 40)
+	waitFor(t, 10*time.Second, "40 requests open at once", func() bool { return h.open.Load() == 40 })
+	// Poll: a claim or record may be passing through the pool right now.
+	waitFor(t, 5*time.Second, "no acquired connection", func() bool { return e.db.Pool().Stat().AcquiredConns() == 0 })
+	if n := e.count(`SELECT count(*) FROM pg_stat_activity WHERE state LIKE 'idle in transaction%'
+		AND application_name = current_setting('application_name')`); n != 0 {
+		t.Fatalf("%d connections idle in a transaction while requests are in flight", n)
+	}
+	if n := e.count(`SELECT count(*) FROM deliveries WHERE lease_owner IS NOT NULL AND lease_until > now()`); n != 40 {
+		t.Fatalf("%d deliveries leased, want the 40 in flight", n)
+	}
+}
+
+// TestHangingEndpointDoesNotStarveOthers: an endpoint that hangs gets at
+// most its cap of the worker's slots; its backlog waits held back without
+// attempts, and another endpoint's deliveries go through meanwhile.
+func TestHangingEndpointDoesNotStarveOthers(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *dispatcher.Config) {
+		c.Concurrency = 20
+		c.EndpointMaxInFlight = 5
+		c.HTTP.ResponseTimeout = time.Minute
+	})
+	h := newHanging(t)
+	fast := newReceiver(t, status(204))
+	e.endpoint(h.URL, nil)
+	e.db.Pool().Exec(context.Background(), `UPDATE endpoints SET event_types = '{stuck}'`)
+	e.endpoint(fast.URL, nil)
+	e.db.Pool().Exec(context.Background(), `UPDATE endpoints SET event_types = '{fine}' WHERE event_types = '{}'`)
+	stuck := e.publish("stuck", 100)
+	waitFor(t, 10*time.Second, "the hanging endpoint at its cap", func() bool { return h.open.Load() == 5 })
+	start := time.Now()
+	fine := e.publish("fine", 30)
+	for _, id := range fine {
+		e.waitStatus(id, webhookd.DeliverySucceeded, 10*time.Second)
+	}
+	t.Logf("30 deliveries to the healthy endpoint took %v beside a hanging one", time.Since(start))
+	if p := h.peak.Load(); p != 5 {
+		t.Fatalf("the hanging endpoint had %d requests in flight at most, want its cap 5", p)
+	}
+	if n := e.count(`SELECT count(*) FROM deliveries WHERE id = ANY($1) AND attempts_count > 0`, stuck); n != 0 {
+		t.Fatalf("%d held-back deliveries spent an attempt", n)
+	}
+	// The backlog sleeps in asynq's retry set, not pending or active: it
+	// costs nothing while it waits.
+	insp := asynq.NewInspectorFromRedisClient(e.redis)
+	waitFor(t, 5*time.Second, "95 held tasks asleep", func() bool {
+		q, err := insp.GetQueueInfo(dispatcher.DefaultQueue)
+		return err == nil && q.Retry == 95 && q.Active == 5
+	})
+	processed := func() int {
+		q, _ := insp.GetQueueInfo(dispatcher.DefaultQueue)
+		return q.Processed
+	}
+	before := processed()
+	time.Sleep(time.Second) // a second of nothing happening: the held backlog must not be polled
+	if n := processed() - before; n > 0 {
+		t.Fatalf("%d tasks processed in a second of waiting: the held backlog spins", n)
+	}
+}
+
+// TestHeldBacklogMovesAsSlotsFree: deliveries held back at the cap go out
+// as soon as earlier ones finish, not after the holding task's sleep.
+func TestHeldBacklogMovesAsSlotsFree(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *dispatcher.Config) { c.EndpointMaxInFlight = 2 })
+	rc := newReceiver(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+		time.Sleep(50 * time.Millisecond)
+		w.WriteHeader(200)
+	})
+	e.endpoint(rc.URL, nil)
+	start := time.Now()
+	for _, id := range e.publish("a", 20) {
+		if d := e.waitStatus(id, webhookd.DeliverySucceeded, 20*time.Second); d.AttemptsCount != 1 {
+			t.Fatalf("delivery %s spent %d attempts", id, d.AttemptsCount)
+		}
+	}
+	t.Logf("20 deliveries of 50 ms at 2 in flight took %v", time.Since(start))
+}
+
+// TestAttemptRecordedWhenItsTaskEnds: the attempt's request and its record
+// do not depend on the task's context, so a receiver that answers after the
+// task's deadline still gets its attempt recorded.
+func TestAttemptRecordedWhenItsTaskEnds(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	e.worker.Stop()
+	w := e.startWorker() // started: its batchers run; its asynq server has no task for us
+	release := make(chan struct{})
+	rc := newReceiver(t, func(_ int, rw http.ResponseWriter, _ *http.Request) {
+		<-release
+		rw.WriteHeader(200)
+	})
+	e.endpoint(rc.URL, nil)
+	evs, err := e.db.Store().CreateEvents(context.Background(), e.project.ID,
+		[]storage.NewEvent{{Type: "a", Data: []byte(`{}`)}}, time.Now(), func(int) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := evs[0].Deliveries[0].ID
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := w.Deliverer.Attempt(ctx, dispatcher.Request{DeliveryID: id})
+		done <- err
+	}()
+	waitFor(t, 5*time.Second, "the request to arrive", func() bool { return len(rc.requests()) == 1 })
+	cancel() // the task's deadline passes while the receiver is still answering
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatalf("attempt: %v", err)
+	}
+	if d := e.delivery(id); d.Status != webhookd.DeliverySucceeded || len(d.Attempts) != 1 {
+		t.Fatalf("after the task's context ended: %s with %d attempts", d.Status, len(d.Attempts))
+	}
+}
+
+func TestTaskDeadlineCoversEveryPhase(t *testing.T) {
+	for _, h := range []dispatcher.HTTPConfig{{}, {ConnectTimeout: time.Second, ResponseTimeout: 2 * time.Minute}} {
+		c := dispatcher.Config{HTTP: h}.WithDefaults()
+		phases := 2*c.HTTP.ConnectTimeout + 2*c.HTTP.ResponseTimeout // connect, TLS, headers, body
+		if c.AttemptTimeout() < phases || c.Lease() <= c.AttemptTimeout() || c.TaskTimeout() <= c.Lease() {
+			t.Fatalf("phases %v, attempt %v, lease %v, task %v", phases, c.AttemptTimeout(), c.Lease(), c.TaskTimeout())
+		}
+	}
+}
+
+// deadLetter makes one delivery to url a dead letter (its receiver says 400
+// first) and returns its id.
+func (e *env) deadLetter(rc *receiver) string {
+	e.t.Helper()
+	id := e.publish("a", 1)[0]
+	e.waitStatus(id, webhookd.DeliveryDeadLetter, 10*time.Second)
+	return id
+}
+
+// TestOverlappingReplaysDeliverOnce: two replays of the same dead letter at
+// once send it once; the one that comes second finds it delivered.
+func TestOverlappingReplaysDeliverOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	var mu sync.Mutex
+	code := 400
+	rc := newReceiver(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+		mu.Lock()
+		c := code
+		mu.Unlock()
+		time.Sleep(100 * time.Millisecond)
+		w.WriteHeader(c)
+	})
+	e.endpoint(rc.URL, nil)
+	id := e.deadLetter(rc)
+	mu.Lock()
+	code = 200
+	mu.Unlock()
+	var wg sync.WaitGroup
+	oks := make([]bool, 2)
+	for i := range 2 {
+		wg.Go(func() {
+			ok, err := e.worker.Deliverer.Replay(context.Background(), id, "job:test")
+			if err != nil {
+				t.Error(err)
+			}
+			oks[i] = ok
+		})
+	}
+	wg.Wait()
+	if got := len(rc.requests()); got != 2 || !oks[0] || !oks[1] {
+		t.Fatalf("receiver got %d requests (1 attempt + 1 replay wanted); replays said %v", got, oks)
+	}
+	if d := e.delivery(id); d.Status != webhookd.DeliverySucceeded || d.AttemptsCount != 2 {
+		t.Fatalf("after two replays: %s, %d attempts", d.Status, d.AttemptsCount)
+	}
+}
+
+// TestManualAttemptsKeepTheSchedule: a failed manual attempt leaves the
+// delivery's next automatic attempt where it was, and manual attempts do
+// not use up the automatic ones.
+func TestManualAttemptsKeepTheSchedule(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *dispatcher.Config) {
+		c.Schedule = dispatcher.Schedule{3 * time.Second, 3 * time.Second}
+	})
+	rc := newReceiver(t, status(500))
+	e.endpoint(rc.URL, nil)
+	id := e.publish("a", 1)[0]
+	d := e.waitStatus(id, webhookd.DeliveryRetrying, 10*time.Second)
+	next := *d.NextAttemptAt
+	e.redeliver(id, "tester")
+	waitFor(t, 5*time.Second, "the manual attempt", func() bool { return e.delivery(id).AttemptsCount == 2 })
+	if d := e.delivery(id); d.Status != webhookd.DeliveryRetrying || !d.NextAttemptAt.Equal(next) {
+		t.Fatalf("after a failed manual attempt: %s, next %v, want retrying at %v", d.Status, d.NextAttemptAt, next)
+	}
+	e.redeliver(id, "tester")
+	waitFor(t, 5*time.Second, "the second manual attempt", func() bool { return e.delivery(id).AttemptsCount == 3 })
+	d = e.waitStatus(id, webhookd.DeliveryDeadLetter, 20*time.Second)
+	auto, manual := 0, 0
+	for _, a := range d.Attempts {
+		if a.Trigger == webhookd.TriggerManual {
+			manual++
+		} else {
+			auto++
+		}
+	}
+	if auto != 3 || manual != 2 {
+		t.Fatalf("%d automatic and %d manual attempts, want the schedule's 3 and 2", auto, manual)
+	}
+}
+
+// TestReplayToDisabledEndpointIsNotSent: a replay of a dead letter whose
+// endpoint is disabled sends nothing and says why.
+func TestReplayToDisabledEndpointIsNotSent(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	rc := newReceiver(t, status(400))
+	ep := e.endpoint(rc.URL, nil)
+	id := e.deadLetter(rc)
+	disabled := webhookd.EndpointDisabled
+	if _, err := e.db.Store().UpdateEndpoint(context.Background(), e.project.ID, ep.ID,
+		storage.EndpointPatch{Status: &disabled}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	ok, err := e.worker.Deliverer.Replay(context.Background(), id, "job:test")
+	if ok || !errors.Is(err, dispatcher.ErrEndpointDisabled) {
+		t.Fatalf("replay to a disabled endpoint: %v, %v", ok, err)
+	}
+	if n := len(rc.requests()); n != 1 {
+		t.Fatalf("receiver got %d requests, want only the first attempt", n)
+	}
+	if d := e.delivery(id); d.Status != webhookd.DeliveryDeadLetter || d.AttemptsCount != 1 {
+		t.Fatalf("after the refused replay: %s, %d attempts", d.Status, d.AttemptsCount)
+	}
+}
+
+// TestReconcilerLeavesRecentlyDueAlone: within the grace period a due
+// delivery is its own task's business.
+func TestReconcilerLeavesRecentlyDueAlone(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	e.worker.Stop()
+	ctx := context.Background()
+	e.endpoint("http://127.0.0.1:9/", nil)
+	if _, err := e.db.Store().CreateEvents(ctx, e.project.ID, []storage.NewEvent{{Type: "a", Data: []byte("1")}},
+		time.Now(), func(int) string { return "" }); err != nil {
+		t.Fatal(err)
+	}
+	rec := &dispatcher.Reconciler{DB: e.db, Queue: e.worker.Queue, Clock: webhookd.SystemClock{}, Grace: time.Minute}
+	if _, n, err := rec.RunOnce(ctx); err != nil || n != 0 {
+		t.Fatalf("offered %d (%v) within the grace period", n, err)
+	}
+	rec.Grace = -1
+	if _, n, err := rec.RunOnce(ctx); err != nil || n != 1 {
+		t.Fatalf("offered %d (%v) without a grace period, want 1", n, err)
+	}
+}
+
+
