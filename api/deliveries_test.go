@@ -332,6 +332,32 @@ func TestRedeliver(t *testing.T) {
 	}
 }
 
+// TestRedeliverToDisabledEndpoint: a redelivery to a disabled endpoint is
+// refused with 409 endpoint_disabled, records nothing and enqueues nothing;
+// enabled again, it is accepted.
+func TestRedeliverToDisabledEndpoint(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{}
+	h := newHarness(t, withEnqueuer(rec))
+	ep := h.createEndpoint(map[string]any{"url": "http://127.0.0.1:9/a"})["id"].(string)
+	_, ds := h.send("order.created", ep)
+	h.deadLetter(ds[0])
+	path := "/v1/deliveries/" + ds[0] + "/redeliver"
+	expectStatus(t, h.do(req{method: "PATCH", path: "/v1/endpoints/" + ep, body: `{"status":"disabled"}`}), http.StatusOK)
+	before := len(rec.list())
+	r := h.do(req{method: "POST", path: path, idem: "off"})
+	expectStatus(t, r, http.StatusConflict)
+	if r.errorCode(t) != "endpoint_disabled" {
+		t.Fatalf("redeliver to a disabled endpoint: %s", r.body)
+	}
+	pending, err := h.db.Store().PendingRedeliveries(context.Background(), "", 10)
+	if err != nil || len(pending) != 0 || len(rec.list()) != before {
+		t.Fatalf("a refused redelivery left %v pending (%v), enqueued %v", pending, err, rec.list()[before:])
+	}
+	expectStatus(t, h.do(req{method: "PATCH", path: "/v1/endpoints/" + ep, body: `{"status":"active"}`}), http.StatusOK)
+	expectStatus(t, h.do(req{method: "POST", path: path, idem: "on"}), http.StatusAccepted)
+}
+
 func TestTestEndpoint(t *testing.T) {
 	t.Parallel()
 	rec := &recorder{}

@@ -306,5 +306,3 @@ func TestReconcilerLeavesRecentlyDueAlone(t *testing.T) {
 		t.Fatalf("offered %d (%v) without a grace period, want 1", n, err)
 	}
 }
-
-
