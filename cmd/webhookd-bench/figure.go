@@ -15,6 +15,7 @@ const (
 	count                    // a plain number
 	bytesUnit                // B
 	megabytes                // MB (10^6 B), from bytes
+	seconds                  // s
 )
 
 // figure is one measured value of one scenario run.
@@ -82,6 +83,8 @@ func format(v float64, u unit) string {
 		return thousands(v) + " B"
 	case megabytes:
 		return strconv.FormatFloat(v/1e6, 'f', 1, 64) + " MB"
+	case seconds:
+		return strconv.FormatFloat(v, 'f', 1, 64) + " s"
 	default:
 		return thousands(v)
 	}

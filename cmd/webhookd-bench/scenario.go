@@ -27,11 +27,3 @@ var scenarios = map[string]scenario{
 	"steady":    steadyScenario,
 	"scheduled": scheduledScenario,
 }
-
-// note appends text to notes unless it is empty.
-func note(notes []string, text string) []string {
-	if text == "" {
-		return notes
-	}
-	return append(notes, text)
-}

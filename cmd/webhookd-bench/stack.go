@@ -23,6 +23,8 @@ type stack struct {
 	proc   *webhookdProcess
 	api    *apiClient
 	client *http.Client // for /readyz and /metrics
+
+	toolCPU time.Duration // the tool's CPU time when webhookd was ready
 }
 
 // prepareStack makes the database (webhookd_bench_<pid>_<seq>), starts
@@ -96,6 +98,7 @@ func (s *stack) start(ctx context.Context, extra ...string) error {
 		return err
 	}
 	s.api = newAPIClient(s.proc.APIURL, s.key)
+	s.toolCPU = ownCPUTime()
 	return nil
 }
 
@@ -133,25 +136,34 @@ func (s *stack) common(st deliveryStats, refusals target) ([]figure, error) {
 	if err := s.proc.Exited(); err != nil {
 		return nil, err
 	}
-	rss, err := s.peakRSS()
+	usage, err := s.usage()
+	if err != nil {
+		return nil, err
+	}
+	return append([]figure{
+		{Name: "events lost", Unit: count, Value: float64(st.Lost), Target: none()},
+		{Name: "duplicate receipts", Unit: count, Value: float64(s.recv.Repeats()), Target: info},
+		{Name: "API requests refused", Unit: count, Value: float64(s.api.refused.Load()), Target: refusals},
+	}, usage...), nil
+}
+
+// usage is webhookd's peak resident set (VmHWM) and the CPU time webhookd
+// and the tool have used since webhookd started: the tool shares the CPUs,
+// and this says how much it took.
+func (s *stack) usage() ([]figure, error) {
+	rss, err := s.proc.PeakRSS()
+	if err != nil {
+		return nil, err
+	}
+	cpu, err := s.proc.CPUTime()
 	if err != nil {
 		return nil, err
 	}
 	return []figure{
-		{Name: "events lost", Unit: count, Value: float64(st.Lost), Target: none()},
-		{Name: "duplicate receipts", Unit: count, Value: float64(s.recv.Repeats()), Target: info},
-		{Name: "API requests refused", Unit: count, Value: float64(s.api.refused.Load()), Target: refusals},
-		rss,
+		{Name: "webhookd peak RSS", Unit: megabytes, Value: float64(rss), Target: below(200e6, megabytes)},
+		{Name: "webhookd CPU time", Unit: seconds, Value: cpu.Seconds(), Target: info},
+		{Name: "load tool CPU time", Unit: seconds, Value: (ownCPUTime() - s.toolCPU).Seconds(), Target: info},
 	}, nil
-}
-
-// peakRSS is the figure of webhookd's peak resident set (VmHWM).
-func (s *stack) peakRSS() (figure, error) {
-	rss, err := s.proc.PeakRSS()
-	if err != nil {
-		return figure{}, err
-	}
-	return figure{Name: "webhookd peak RSS", Unit: megabytes, Value: float64(rss), Target: below(200e6, megabytes)}, nil
 }
 
 // Close releases the receiver's held requests, stops webhookd and Redis,

@@ -116,6 +116,36 @@ func (p *webhookdProcess) PeakRSS() (int64, error) {
 	return 0, errors.New("peak RSS: no VmHWM in /proc status")
 }
 
+// CPUTime is the user and system CPU time the process has used so far.
+// /proc counts it in clock ticks, 100 a second on Linux (USER_HZ).
+func (p *webhookdProcess) CPUTime() (time.Duration, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	if err != nil {
+		return 0, fmt.Errorf("cpu time: %w", err)
+	}
+	// The command name, in parentheses, may hold spaces: count from after it.
+	_, rest, ok := strings.Cut(string(data), ") ")
+	fields := strings.Fields(rest)
+	if !ok || len(fields) < 13 {
+		return 0, errors.New("cpu time: unexpected /proc stat")
+	}
+	utime, err1 := strconv.ParseInt(fields[11], 10, 64) // field 14 of stat
+	stime, err2 := strconv.ParseInt(fields[12], 10, 64) // field 15
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, fmt.Errorf("cpu time: %w", err)
+	}
+	return time.Duration(utime+stime) * (time.Second / 100), nil
+}
+
+// ownCPUTime is the CPU time the tool itself has used so far.
+func ownCPUTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 // Stop asks the process to shut down (SIGTERM) and kills it if it has not
 // gone within grace.
 func (p *webhookdProcess) Stop(grace time.Duration) {
