@@ -6,13 +6,18 @@ export PATH := $(PATH):/usr/local/go/bin
 GO        ?= go
 BIN       ?= bin/webhookd
 BENCHTIME ?= 1s
+# The load tool (cmd/webhookd-bench) and the sizes of make bench-smoke's run:
+# small enough for CI on 2 cores; make bench uses the tool's full defaults.
+BENCH_TOOL        ?= bin/webhookd-bench
+BENCH_SMOKE_FLAGS ?= -runs 1 -ceiling-tasks 5000 -burst-events 1000 -slow-deliveries 2000 \
+	-noisy-duration 5s -steady-duration 5s -scheduled-count 20000 -stall-timeout 10s -max-wait 1m
 # templ is used only once go.mod declares it as a tool
 # (go get -tool github.com/a-h/templ/cmd/templ@v0.3.1100).
 TEMPL_TOOL := github.com/a-h/templ/cmd/templ
 
 .DEFAULT_GOAL := build
 
-.PHONY: build run test bench generate check-generated vet fmt-check
+.PHONY: build run test bench bench-go bench-smoke bench-tool generate check-generated vet fmt-check
 
 ## build: compile the webhookd binary into bin/
 build:
@@ -26,9 +31,24 @@ run:
 test:
 	$(GO) test -race -count=1 ./...
 
-## bench: all benchmarks; `make bench BENCHTIME=1x` runs each once
-bench:
+## bench: the Go benchmarks, then the load tool against bin/webhookd (every
+## scenario 3 times, medians) writing BENCHMARKS.md; about half an hour
+bench: bench-go build bench-tool
+	$(BENCH_TOOL) -webhookd $(BIN) -runs 3 -out BENCHMARKS.md
+
+## bench-go: the Go benchmarks alone; `make bench-go BENCHTIME=1x` runs each once
+bench-go:
 	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) ./...
+
+## bench-smoke: the Go benchmarks once each and a small load run, printed to
+## stdout; what CI runs
+bench-smoke: build bench-tool
+	$(MAKE) --no-print-directory bench-go BENCHTIME=1x
+	$(BENCH_TOOL) -webhookd $(BIN) $(BENCH_SMOKE_FLAGS) -out -
+
+## bench-tool: compile the load tool into bin/
+bench-tool:
+	$(GO) build -o $(BENCH_TOOL) ./cmd/webhookd-bench
 
 ## generate: regenerate *_templ.go (a no-op until go.mod declares templ)
 generate:
