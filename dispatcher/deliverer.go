@@ -217,7 +217,10 @@ func (d *Deliverer) record(ctx context.Context, r storage.Record) (bool, error) 
 // notHeld tells the queue what to do with a delivery the claim did not get.
 func (d *Deliverer) notHeld(r Request, l *storage.Lease, now time.Time) (Result, error) {
 	del := l.Delivery
-	busy := &RetryAt{At: now.Add(time.Second), Reason: "another attempt holds the delivery"}
+	// Another attempt holds it: look again when its lease runs out, or in a
+	// few seconds if that is sooner (a manual attempt that fails leaves the
+	// automatic one due).
+	busy := &RetryAt{At: now.Add(5 * time.Second), Reason: "another attempt holds the delivery"}
 	if l.OtherUntil != nil && l.OtherUntil.Before(busy.At) {
 		busy.At = *l.OtherUntil
 	}
