@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -82,18 +83,7 @@ func TestWorkerKilledMidAttemptLosesNothing(t *testing.T) {
 	}
 	deliveryID := evs[0].Deliveries[0].ID
 
-	worker := func() *exec.Cmd {
-		cmd := exec.Command(os.Args[0], "worker")
-		cmd.Env = append(os.Environ(), "WEBHOOKD_TEST_MAIN=1", "WEBHOOKD_DATABASE_URL="+dbURL, "WEBHOOKD_REDIS_URL="+redisURL,
-			"WEBHOOKD_ALLOW_PRIVATE_NETWORKS=true", "WEBHOOKD_RETRY_SCHEDULE=1s")
-		cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		return cmd
-	}
-	first := worker() // its reconciler enqueues the due delivery
+	first, exited := startWorker(t, dbURL, redisURL, "WEBHOOKD_RETRY_SCHEDULE=1s") // its reconciler enqueues the due delivery
 	select {
 	case <-inFlight:
 	case <-time.After(30 * time.Second):
@@ -102,7 +92,7 @@ func TestWorkerKilledMidAttemptLosesNothing(t *testing.T) {
 	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	first.Wait()
+	<-exited
 	killedAt := time.Now()
 
 	d, err := db.Store().GetDelivery(ctx, p.ID, deliveryID)
@@ -111,7 +101,7 @@ func TestWorkerKilledMidAttemptLosesNothing(t *testing.T) {
 	}
 	// The Redis task is still leased to the dead worker; a new worker's
 	// recoverer takes it back once the lease is stale.
-	worker()
+	startWorker(t, dbURL, redisURL, "WEBHOOKD_RETRY_SCHEDULE=1s")
 	deadline := killedAt.Add(150 * time.Second)
 	for {
 		d, err = db.Store().GetDelivery(ctx, p.ID, deliveryID)
@@ -128,6 +118,33 @@ func TestWorkerKilledMidAttemptLosesNothing(t *testing.T) {
 	if len(ids) < 2 || ids[0] != ids[1] || ids[0] != evs[0].ID {
 		t.Fatalf("receiver saw %v; want the event again after the kill", ids)
 	}
+}
+
+// startWorker starts this binary as `webhookd worker` on dbURL and redisURL,
+// with private networks allowed and env added, and returns it with a
+// channel closed once it has exited (its ProcessState is then set). The
+// test kills it when it ends, and shows its log if the test failed.
+func startWorker(t *testing.T, dbURL, redisURL string, env ...string) (*exec.Cmd, <-chan struct{}) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "worker")
+	cmd.Env = append(os.Environ(), "WEBHOOKD_TEST_MAIN=1", "WEBHOOKD_DATABASE_URL="+dbURL, "WEBHOOKD_REDIS_URL="+redisURL,
+		"WEBHOOKD_ALLOW_PRIVATE_NETWORKS=true")
+	cmd.Env = append(cmd.Env, env...)
+	var logs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = io.Discard, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-exited // Wait has returned: logs is complete
+		if t.Failed() {
+			t.Logf("worker %d log:\n%s", cmd.Process.Pid, logs.String())
+		}
+	})
+	return cmd, exited
 }
 
 // startRedis runs a throwaway redis-server (no persistence) on port and
