@@ -209,12 +209,11 @@ func newBenchDelivery(b *testing.B) *benchDelivery {
 	}
 
 	w, err := dispatcher.NewWorker(dispatcher.Config{
-		DB:          db,
-		Redis:       rdb,
-		Concurrency: benchConcurrency,
-		HTTP:        dispatcher.HTTPConfig{AllowPrivateNetworks: true},
-		Schedule:    dispatcher.Schedule{time.Second},
-		Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
+		DB:       db,
+		Redis:    rdb,
+		HTTP:     dispatcher.HTTPConfig{AllowPrivateNetworks: true}, // the default concurrency and per-endpoint cap
+		Schedule: dispatcher.Schedule{time.Second},
+		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
 		b.Fatalf("new worker: %v", err)
@@ -264,7 +263,7 @@ func (e *benchDelivery) createEvents(b *testing.B, n int) []webhookd.Event {
 
 func (e *benchDelivery) enqueue(b *testing.B, ev webhookd.Event) {
 	err := e.worker.Queue.Enqueue(context.Background(),
-		webhookd.ScheduledDelivery{ID: ev.Deliveries[0].ID, DueAt: ev.CreatedAt})
+		webhookd.ScheduledDelivery{ID: ev.Deliveries[0].ID, EndpointID: ev.Deliveries[0].EndpointID, DueAt: ev.CreatedAt})
 	if err != nil {
 		b.Fatalf("enqueue: %v", err)
 	}

@@ -112,12 +112,18 @@ func (r Request) mode() storage.ClaimMode {
 func (d *Deliverer) Attempt(ctx context.Context, r Request) (Result, error) {
 	auto := r.mode() == storage.ClaimAuto
 	rateChecked := false
+	admitted := false
+	defer func() {
+		if admitted { // never got to acquire
+			d.gate.unadmit(r.EndpointID)
+		}
+	}()
 	if auto && r.EndpointID != "" {
-		if !d.gate.acquire(r.EndpointID) {
+		if !d.gate.admit(r.EndpointID) {
 			return Result{}, d.holder.hold(ctx, r.EndpointID, r.DeliveryID, d.clock.Now(), "endpoint at its in-flight cap")
 		}
-		defer d.gate.release(r.EndpointID)
-		if rate, ok := d.holder.rate(r.EndpointID); ok {
+		admitted = true
+		if rate, ok := d.holder.rate(r.EndpointID); ok { // known from an earlier claim: no database work if held back
 			rateChecked = true
 			if at, ok := d.allowed(ctx, r.EndpointID, rate); !ok {
 				return Result{}, d.holder.hold(ctx, r.EndpointID, r.DeliveryID, at, "endpoint rate limit")
@@ -142,16 +148,24 @@ func (d *Deliverer) Attempt(ctx context.Context, r Request) (Result, error) {
 	if l.EndpointDeleted || l.Endpoint.Status != webhookd.EndpointActive {
 		return d.endpointDisabled(ctx, r, &l, now)
 	}
-	if auto && r.EndpointID == "" { // a task that did not name its endpoint: its cap applies now
-		if !d.gate.acquire(del.EndpointID) {
-			return d.holdLeased(ctx, &l, now, "endpoint at its in-flight cap")
-		}
-		defer d.gate.release(del.EndpointID)
-	}
 	if auto && !rateChecked && l.Endpoint.RateLimitPerSecond != nil {
 		if at, ok := d.allowed(ctx, del.EndpointID, *l.Endpoint.RateLimitPerSecond); !ok {
 			return d.holdLeased(ctx, &l, at, "endpoint rate limit")
 		}
+	}
+	// The endpoint's cap counts requests in flight: a slot is held from
+	// here until the response is in.
+	var slot endpointSlot
+	defer slot.release()
+	if auto {
+		if !admitted && !d.gate.admit(del.EndpointID) { // a task that did not name its endpoint
+			return d.holdLeased(ctx, &l, now, "endpoint at its in-flight cap")
+		}
+		admitted = false // acquire ends the admission either way
+		if !d.gate.acquire(ctx, del.EndpointID) {
+			return d.holdLeased(ctx, &l, now, "endpoint at its in-flight cap")
+		}
+		slot = endpointSlot{gate: d.gate, ep: del.EndpointID, start: time.Now()}
 	}
 
 	trigger := l.Trigger
@@ -163,6 +177,7 @@ func (d *Deliverer) Attempt(ctx context.Context, r Request) (Result, error) {
 	sendCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.attemptTimeout)
 	a, resp := d.send(sendCtx, &l, trigger)
 	cancel()
+	slot.release()
 	end := d.clock.Now()
 	out := Classify(end, l.AutoAttempts+1, d.schedule, resp)
 	t := transition(del.Status, del.NextAttemptAt, !auto, out, r.By, end)
@@ -186,6 +201,21 @@ func (d *Deliverer) Attempt(ctx context.Context, r Request) (Result, error) {
 		return res, &RetryAt{At: *t.NextAttemptAt, Reason: "retry on schedule"}
 	}
 	return res, nil
+}
+
+// endpointSlot is an attempt's slot of its endpoint, if it took one.
+type endpointSlot struct {
+	gate  *gate
+	ep    string
+	start time.Time
+}
+
+// release gives the slot back; later calls do nothing.
+func (s *endpointSlot) release() {
+	if s.gate != nil {
+		s.gate.release(s.ep, time.Since(s.start))
+		s.gate = nil
+	}
 }
 
 // holdLeased gives a lease up without an attempt and holds the delivery

@@ -1,38 +1,119 @@
 package dispatcher
 
-import "sync"
+import (
+	"context"
+	"sync"
+	"time"
+)
 
-// gate counts the attempts in flight per endpoint in this worker process
+// gate counts the requests in flight per endpoint in this worker process
 // and refuses one more past the endpoint's cap, so a slow or hanging
 // endpoint holds at most its share of the worker's slots.
+//
+// An attempt that finds its endpoint at the cap may wait for a slot only
+// when a slot is sure to free soon: the endpoint answers fast enough that
+// the attempts already waiting get through within wait. So a busy endpoint
+// that answers in a millisecond keeps its queue moving at full speed, while
+// the deliveries of a slow or hanging one are held back at once, without a
+// worker slot and without database work.
 type gate struct {
 	mu       sync.Mutex
 	def      int            // the cap of an endpoint without its own
+	wait     time.Duration  // how long an admitted attempt waits for a slot at most
 	caps     map[string]int // endpoints' own caps, learnt from their claims
 	inFlight map[string]int
-	freed    chan string // endpoints that got a slot back, for the holder
+	admitted map[string]int           // attempts waiting for a slot
+	latency  map[string]time.Duration // a moving average of the endpoint's request time
+	waiting  map[string]chan struct{} // closed when a slot of the endpoint frees
+	freed    chan string              // endpoints that got a slot back, for the holder
 }
 
-func newGate(def int) *gate {
-	return &gate{def: def, caps: map[string]int{}, inFlight: map[string]int{}, freed: make(chan string, 1024)}
+func newGate(def int, wait time.Duration) *gate {
+	return &gate{def: def, wait: wait, caps: map[string]int{}, inFlight: map[string]int{}, admitted: map[string]int{},
+		latency: map[string]time.Duration{}, waiting: map[string]chan struct{}{}, freed: make(chan string, 1024)}
 }
 
-// acquire takes a slot of endpoint ep, or says it is at its cap.
-func (g *gate) acquire(ep string) bool {
+// admit says whether an attempt for ep may go on to wait for a slot: the
+// endpoint has a free slot, or its slots turn over fast enough for one
+// more waiter to get one within the gate's wait. An admitted attempt must
+// call acquire next.
+func (g *gate) admit(ep string) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.inFlight[ep] >= g.capLocked(ep) {
-		return false
+	c := g.capLocked(ep)
+	if g.inFlight[ep]+g.admitted[ep] >= c {
+		lat := max(g.latency[ep], time.Millisecond)
+		if _, known := g.latency[ep]; !known {
+			lat = g.wait // no request seen yet: as if a slot freed once per wait
+		}
+		if g.admitted[ep] >= int(int64(c)*int64(g.wait)/int64(lat)) {
+			return false
+		}
 	}
-	g.inFlight[ep]++
+	g.admitted[ep]++
 	return true
 }
 
-// release gives a slot of ep back and tells the holder about it.
-func (g *gate) release(ep string) {
+// acquire takes a slot of ep for an admitted attempt, waiting up to the
+// gate's wait; false means none freed in time.
+func (g *gate) acquire(ctx context.Context, ep string) bool {
+	timer := time.NewTimer(g.wait)
+	defer timer.Stop()
+	for {
+		g.mu.Lock()
+		if g.inFlight[ep] < g.capLocked(ep) {
+			g.inFlight[ep]++
+			g.unadmitLocked(ep)
+			g.mu.Unlock()
+			return true
+		}
+		ch, ok := g.waiting[ep]
+		if !ok {
+			ch = make(chan struct{})
+			g.waiting[ep] = ch
+		}
+		g.mu.Unlock()
+		select {
+		case <-ch:
+			continue
+		case <-timer.C:
+		case <-ctx.Done():
+		}
+		g.mu.Lock()
+		g.unadmitLocked(ep)
+		g.mu.Unlock()
+		return false
+	}
+}
+
+// unadmit ends an admission that never got to acquire.
+func (g *gate) unadmit(ep string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.unadmitLocked(ep)
+}
+
+func (g *gate) unadmitLocked(ep string) {
+	if g.admitted[ep]--; g.admitted[ep] <= 0 {
+		delete(g.admitted, ep)
+	}
+}
+
+// release gives a slot of ep back after a request that took took, and
+// tells the holder about it.
+func (g *gate) release(ep string, took time.Duration) {
 	g.mu.Lock()
 	if g.inFlight[ep]--; g.inFlight[ep] <= 0 {
 		delete(g.inFlight, ep)
+	}
+	if old, ok := g.latency[ep]; ok {
+		g.latency[ep] = (7*old + took) / 8
+	} else {
+		g.latency[ep] = took
+	}
+	if ch, ok := g.waiting[ep]; ok {
+		close(ch)
+		delete(g.waiting, ep)
 	}
 	g.mu.Unlock()
 	select {
@@ -45,7 +126,7 @@ func (g *gate) release(ep string) {
 func (g *gate) free(ep string) int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return max(g.capLocked(ep)-g.inFlight[ep], 0)
+	return max(g.capLocked(ep)-g.inFlight[ep]-g.admitted[ep], 0)
 }
 
 // setCap records ep's own cap (nil: the default).

@@ -41,15 +41,16 @@ type holder struct {
 	interval  time.Duration
 
 	mu    sync.Mutex
-	rates map[string]int // endpoints' rate_limit_per_second, learnt from their claims
+	rates map[string]int      // endpoints' rate_limit_per_second, learnt from their claims
+	known map[string]struct{} // endpoints that may have held deliveries: parked here, or seen in the last pass
 
 	loop
 }
 
 func newHolder(rdb redis.UniversalClient, q *Queue, g *gate, clock webhookd.Clock, log *slog.Logger) *holder {
 	return &holder{rdb: rdb, inspector: asynq.NewInspectorFromRedisClient(rdb), queue: q, gate: g,
-		prefix: "webhookd:{" + q.queue + "}:held:", clock: clock, log: log, interval: 250 * time.Millisecond,
-		rates: map[string]int{}}
+		prefix: "webhookd:{" + q.queue + "}:held:", clock: clock, log: log, interval: 100 * time.Millisecond,
+		rates: map[string]int{}, known: map[string]struct{}{}}
 }
 
 func (h *holder) key(ep string) string { return h.prefix + ep }
@@ -66,6 +67,9 @@ func (h *holder) hold(ctx context.Context, ep, id string, at time.Time, reason s
 	if err != nil { // cannot hold it: try again soon instead
 		return &RetryAt{At: h.clock.Now().Add(time.Second), Reason: reason}
 	}
+	h.mu.Lock()
+	h.known[ep] = struct{}{}
+	h.mu.Unlock()
 	return &RetryAt{At: h.clock.Now().Add(holdFor), Reason: reason + "; held back"}
 }
 
@@ -99,7 +103,12 @@ func (h *holder) Start(ctx context.Context) {
 			case <-stop:
 				return
 			case ep := <-h.gate.freed:
-				h.wake(ctx, ep)
+				h.mu.Lock()
+				_, ok := h.known[ep]
+				h.mu.Unlock()
+				if ok { // else nothing of ep is held: no Redis call per attempt
+					h.wake(ctx, ep)
+				}
 			}
 		}
 	})
@@ -111,6 +120,13 @@ func (h *holder) pass(ctx context.Context) {
 	if err != nil {
 		return
 	}
+	known := make(map[string]struct{}, len(eps))
+	for _, ep := range eps {
+		known[ep] = struct{}{}
+	}
+	h.mu.Lock()
+	h.known = known
+	h.mu.Unlock()
 	for _, ep := range eps {
 		h.wake(ctx, ep)
 	}
@@ -151,7 +167,7 @@ func (h *holder) wake(ctx context.Context, ep string) {
 			// Still active (its handler has not returned yet) or pending:
 			// look again shortly.
 			h.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-				p.ZAdd(ctx, h.key(ep), redis.Z{Score: float64(now.Add(time.Second).UnixMilli()), Member: id})
+				p.ZAdd(ctx, h.key(ep), redis.Z{Score: float64(now.Add(h.interval).UnixMilli()), Member: id})
 				p.SAdd(ctx, h.endpointsKey(), ep)
 				return nil
 			})

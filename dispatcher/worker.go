@@ -164,7 +164,7 @@ func NewWorker(cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	q := NewQueue(cfg.Redis, cfg.Queue, cfg.TaskTimeout())
-	g := newGate(cfg.EndpointMaxInFlight)
+	g := newGate(cfg.EndpointMaxInFlight, 100*time.Millisecond)
 	d := &Deliverer{db: cfg.DB, client: NewHTTPClient(cfg.HTTP), schedule: cfg.Schedule, clock: cfg.Clock,
 		log: cfg.Logger, limiter: redis_rate.NewLimiter(cfg.Redis), prefix: cfg.RateLimitPrefix, metrics: m,
 		bodyTimeout: cfg.HTTP.ResponseTimeout, attemptTimeout: cfg.AttemptTimeout(), lease: cfg.Lease(),
@@ -195,7 +195,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		now := d.clock.Now()
 		return d.db.ClaimDeliveries(ctx, now, now.Add(d.lease), cs)
 	})
-	d.records = newBatcher(256, 2, 30*time.Second, d.db.RecordAttempts)
+	d.records = newBatcher(256, 4, 30*time.Second, d.db.RecordAttempts)
 	mux := asynq.NewServeMux()
 	mux.HandleFunc(TaskDelivery, w.handleDelivery)
 	mux.HandleFunc(TaskJob, w.handleJob)

@@ -62,6 +62,12 @@ type Lease struct {
 // until until. All claims travel in one statement and one commit; the
 // result has one Lease per claim, in order. Two claims of one delivery in
 // one call: at most one holds it.
+//
+// The commit does not wait for the WAL to reach disk
+// (synchronous_commit off for this transaction alone): a claim lost in a
+// PostgreSQL crash is a lease that ended early, after which the delivery
+// is due again, as after any lease that runs out. Records, which must not
+// be lost, commit durably.
 func (db *DB) ClaimDeliveries(ctx context.Context, now, until time.Time, cs []Claim) ([]Lease, error) {
 	ids, tokens, modes, reqs := make([]string, len(cs)), make([]string, len(cs)), make([]int32, len(cs)), make([]string, len(cs))
 	for i, c := range cs {
@@ -69,6 +75,7 @@ func (db *DB) ClaimDeliveries(ctx context.Context, now, until time.Time, cs []Cl
 	}
 	rows, err := db.pool.Query(ctx, `WITH c AS (
 			SELECT * FROM unnest($1::text[], $2::text[], $3::int4[], $4::text[]) WITH ORDINALITY AS c(id, token, mode, request_id, ord)
+			WHERE set_config('synchronous_commit', 'off', true) = 'off'
 		), held AS (
 			UPDATE deliveries d SET lease_owner = c.token, lease_until = $6
 			FROM c WHERE d.id = c.id AND (d.lease_until IS NULL OR d.lease_until <= $5) AND CASE c.mode
@@ -256,10 +263,11 @@ func (db *DB) RecordAttempts(ctx context.Context, rs []Record) ([]bool, error) {
 }
 
 // ReleaseLease gives a lease up without a change: the attempt was not made
-// (held back by the endpoint's rate limit, or the worker is stopping).
+// (its endpoint had no room). Like a claim, it need not reach disk before
+// the commit returns: lost in a crash, it is a lease that runs out.
 func (db *DB) ReleaseLease(ctx context.Context, deliveryID, token string) error {
 	_, err := db.pool.Exec(ctx, `UPDATE deliveries SET lease_owner = NULL, lease_until = NULL
-		WHERE id = $1 AND lease_owner = $2`, deliveryID, token)
+		WHERE id = $1 AND lease_owner = $2 AND set_config('synchronous_commit', 'off', true) = 'off'`, deliveryID, token)
 	if err != nil {
 		return fmt.Errorf("release lease of %s: %w", deliveryID, err)
 	}
