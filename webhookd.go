@@ -80,6 +80,7 @@ type Endpoint struct {
 	Status             string   // EndpointActive or EndpointDisabled
 	DisabledReason     *string  // nil while active
 	RateLimitPerSecond *int     // nil: unlimited
+	MaxInFlight        *int     // requests in flight per worker process; nil: the worker's default
 	Secret             string   // whsec_ + base64
 	PreviousSecret     *string  // still signs until PreviousExpiresAt
 	PreviousExpiresAt  *time.Time

@@ -21,6 +21,7 @@ const (
 	maxDescriptionLength = 1024
 	maxEventTypes        = 256
 	maxRatePerSecond     = 100000
+	maxInFlight          = 1000 // an endpoint's max_in_flight, per worker process
 )
 
 // endpointInput is the writable part of an endpoint, as decoded.
@@ -29,12 +30,13 @@ type endpointInput struct {
 	Description        string
 	EventTypes         []string
 	RateLimitPerSecond *int
+	MaxInFlight        *int
 	Status             string
 }
 
 func (in *endpointInput) fields() map[string]any {
 	return map[string]any{"url": &in.URL, "description": &in.Description, "event_types": &in.EventTypes,
-		"rate_limit_per_second": &in.RateLimitPerSecond, "status": &in.Status}
+		"rate_limit_per_second": &in.RateLimitPerSecond, "max_in_flight": &in.MaxInFlight, "status": &in.Status}
 }
 
 // createEndpoint serves POST /v1/endpoints.
@@ -57,7 +59,7 @@ func (s *Server) createEndpoint(c *call) (int, any, error) {
 		return 0, nil, err
 	}
 	e, err := c.store.CreateEndpoint(c.ctx, c.project.ID, storage.NewEndpoint{URL: in.URL, Description: in.Description,
-		EventTypes: in.EventTypes, RateLimitPerSecond: in.RateLimitPerSecond, Secret: secret}, s.clock.Now())
+		EventTypes: in.EventTypes, RateLimitPerSecond: in.RateLimitPerSecond, MaxInFlight: in.MaxInFlight, Secret: secret}, s.clock.Now())
 	if err != nil {
 		return 0, nil, err
 	}
@@ -86,6 +88,9 @@ func (s *Server) validateEndpoint(in endpointInput, present map[string]bool) err
 	}
 	if r := in.RateLimitPerSecond; r != nil && (*r < 1 || *r > maxRatePerSecond) {
 		return webhookd.Invalid("rate_limit_per_second", "must be between 1 and %d, or null for no limit", maxRatePerSecond)
+	}
+	if m := in.MaxInFlight; m != nil && (*m < 1 || *m > maxInFlight) {
+		return webhookd.Invalid("max_in_flight", "must be between 1 and %d, or null for the worker's default", maxInFlight)
 	}
 	if present["status"] && in.Status != webhookd.EndpointActive && in.Status != webhookd.EndpointDisabled {
 		return webhookd.Invalid("status", `must be "active" or "disabled"`)
@@ -157,7 +162,8 @@ func (s *Server) getEndpoint(c *call) (int, any, error) {
 func (s *Server) patchEndpoint(c *call) (int, any, error) {
 	var in endpointInput
 	// null clears description, event_types (every type) and
-	// rate_limit_per_second (no limit); a null url or status fails validation.
+	// rate_limit_per_second (no limit), max_in_flight (the worker's
+	// default); a null url or status fails validation.
 	present, err := decodeObject(c.body, "", in.fields())
 	if err != nil {
 		return 0, nil, err
@@ -177,6 +183,9 @@ func (s *Server) patchEndpoint(c *call) (int, any, error) {
 	}
 	if present["rate_limit_per_second"] {
 		p.RateLimitPerSecond = &in.RateLimitPerSecond
+	}
+	if present["max_in_flight"] {
+		p.MaxInFlight = &in.MaxInFlight
 	}
 	if present["status"] {
 		p.Status = &in.Status

@@ -14,10 +14,11 @@ func TestEndpointLifecycle(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	ep := h.createEndpoint(map[string]any{"url": "https://hooks.example.com/in", "description": "orders",
-		"event_types": []string{"order.created"}, "rate_limit_per_second": 5})
+		"event_types": []string{"order.created"}, "rate_limit_per_second": 5, "max_in_flight": 25})
 	id := ep["id"].(string)
 	if !strings.HasPrefix(id, "ep_") || !strings.HasPrefix(ep["secret"].(string), "whsec_") || ep["version"] != 1.0 ||
-		ep["status"] != "active" || ep["disabled_reason"] != nil || ep["rate_limit_per_second"] != 5.0 {
+		ep["status"] != "active" || ep["disabled_reason"] != nil || ep["rate_limit_per_second"] != 5.0 ||
+		ep["max_in_flight"] != 25.0 {
 		t.Fatalf("created %v", ep)
 	}
 
@@ -38,11 +39,12 @@ func TestEndpointLifecycle(t *testing.T) {
 			t.Fatalf("code %s", r.body)
 		}
 	}
-	r := h.do(req{method: "PATCH", path: "/v1/endpoints/" + id, body: `{"description":"new","status":"disabled","rate_limit_per_second":null}`,
+	r := h.do(req{method: "PATCH", path: "/v1/endpoints/" + id, body: `{"description":"new","status":"disabled","rate_limit_per_second":null,"max_in_flight":null}`,
 		header: map[string]string{"If-Match": `"1"`}})
 	expectStatus(t, r, http.StatusOK)
 	p := r.json(t)
-	if p["version"] != 2.0 || p["description"] != "new" || p["status"] != "disabled" || p["disabled_reason"] != "manual" || p["rate_limit_per_second"] != nil {
+	if p["version"] != 2.0 || p["description"] != "new" || p["status"] != "disabled" || p["disabled_reason"] != "manual" || p["rate_limit_per_second"] != nil ||
+		p["max_in_flight"] != nil {
 		t.Fatalf("patched %s", r.body)
 	}
 	r = h.do(req{method: "PATCH", path: "/v1/endpoints/" + id, body: `{"status":"active"}`, header: map[string]string{"If-Match": "2"}})
@@ -147,7 +149,8 @@ func TestEndpointURLRules(t *testing.T) {
 		}
 	}
 	for i, body := range []string{`{"url":"https://example.com","event_types":["bad type"]}`,
-		`{"url":"https://example.com","rate_limit_per_second":0}`, `{"url":"https://example.com","status":"active"}`} {
+		`{"url":"https://example.com","rate_limit_per_second":0}`, `{"url":"https://example.com","status":"active"}`,
+		`{"url":"https://example.com","max_in_flight":0}`, `{"url":"https://example.com","max_in_flight":1001}`} {
 		expectStatus(t, h.do(req{method: "POST", path: "/v1/endpoints", body: body, idem: fmt.Sprint("b", i)}), http.StatusBadRequest)
 	}
 	if n := h.count("endpoints"); n != 0 {

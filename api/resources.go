@@ -70,6 +70,7 @@ type endpointJSON struct {
 	Status             string   `json:"status"`
 	DisabledReason     *string  `json:"disabled_reason"`
 	RateLimitPerSecond *int     `json:"rate_limit_per_second"`
+	MaxInFlight        *int     `json:"max_in_flight"`
 	Version            int      `json:"version"`
 	CreatedAt          string   `json:"created_at"`
 	UpdatedAt          string   `json:"updated_at"`
@@ -81,7 +82,7 @@ func endpointOut(e webhookd.Endpoint) endpointJSON {
 		types = []string{}
 	}
 	return endpointJSON{ID: e.ID, URL: e.URL, Description: e.Description, EventTypes: types, Status: e.Status,
-		DisabledReason: e.DisabledReason, RateLimitPerSecond: e.RateLimitPerSecond, Version: e.Version,
+		DisabledReason: e.DisabledReason, RateLimitPerSecond: e.RateLimitPerSecond, MaxInFlight: e.MaxInFlight, Version: e.Version,
 		CreatedAt: timeString(e.CreatedAt), UpdatedAt: timeString(e.UpdatedAt)}
 }
 

@@ -306,3 +306,25 @@ func TestReconcilerLeavesRecentlyDueAlone(t *testing.T) {
 		t.Fatalf("offered %d (%v) without a grace period, want 1", n, err)
 	}
 }
+
+// TestEndpointOwnCap: an endpoint's max_in_flight overrides the worker's
+// default cap.
+func TestEndpointOwnCap(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *dispatcher.Config) { c.Concurrency = 20; c.EndpointMaxInFlight = 10 })
+	h := newHanging(t)
+	three := 3
+	ep, err := e.db.Store().CreateEndpoint(context.Background(), e.project.ID,
+		storage.NewEndpoint{URL: h.URL, Secret: newSecret(t), MaxInFlight: &three}, time.Now())
+	if err != nil || *ep.MaxInFlight != 3 {
+		t.Fatalf("create: %+v, %v", ep, err)
+	}
+	e.publish("a", 12)
+	waitFor(t, 10*time.Second, "3 requests open", func() bool { return h.open.Load() == 3 })
+	waitFor(t, 5*time.Second, "9 held back", func() bool {
+		return e.count(`SELECT count(*) FROM deliveries WHERE lease_owner IS NULL AND attempts_count = 0`) == 9
+	})
+	if p := h.peak.Load(); p != 3 {
+		t.Fatalf("%d requests in flight at most, want the endpoint's own cap 3", p)
+	}
+}

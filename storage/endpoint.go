@@ -13,12 +13,13 @@ import (
 const SecretOverlap = 24 * time.Hour
 
 const endpointColumns = `id, project_id, url, description, event_types, status, disabled_reason,
-	rate_limit_per_second, secret, previous_secret, previous_expires_at, version, created_at, updated_at`
+	rate_limit_per_second, secret, previous_secret, previous_expires_at, version, created_at, updated_at, max_in_flight`
 
 func scanEndpoint(row pgx.Row) (webhookd.Endpoint, error) {
 	var e webhookd.Endpoint
 	err := row.Scan(&e.ID, &e.ProjectID, &e.URL, &e.Description, &e.EventTypes, &e.Status, &e.DisabledReason,
-		&e.RateLimitPerSecond, &e.Secret, &e.PreviousSecret, &e.PreviousExpiresAt, &e.Version, &e.CreatedAt, &e.UpdatedAt)
+		&e.RateLimitPerSecond, &e.Secret, &e.PreviousSecret, &e.PreviousExpiresAt, &e.Version, &e.CreatedAt, &e.UpdatedAt,
+		&e.MaxInFlight)
 	if e.EventTypes == nil {
 		e.EventTypes = []string{}
 	}
@@ -31,6 +32,7 @@ type NewEndpoint struct {
 	Description        string
 	EventTypes         []string
 	RateLimitPerSecond *int
+	MaxInFlight        *int
 	Secret             string
 }
 
@@ -40,10 +42,11 @@ func (s *Store) CreateEndpoint(ctx context.Context, projectID string, n NewEndpo
 		n.EventTypes = []string{}
 	}
 	row := s.q.QueryRow(ctx, `
-		INSERT INTO endpoints (id, project_id, url, description, event_types, rate_limit_per_second, secret, created_at, updated_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)
+		INSERT INTO endpoints (id, project_id, url, description, event_types, rate_limit_per_second, secret, created_at, updated_at,
+			max_in_flight)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, $9)
 		RETURNING `+endpointColumns,
-		newID(prefixEndpoint), projectID, n.URL, n.Description, n.EventTypes, n.RateLimitPerSecond, n.Secret, now)
+		newID(prefixEndpoint), projectID, n.URL, n.Description, n.EventTypes, n.RateLimitPerSecond, n.Secret, now, n.MaxInFlight)
 	e, err := scanEndpoint(row)
 	return e, translate(err, "endpoint")
 }
@@ -99,6 +102,7 @@ type EndpointPatch struct {
 	Description        *string
 	EventTypes         *[]string
 	RateLimitPerSecond **int // non-nil pointer to nil: clear the limit
+	MaxInFlight        **int // non-nil pointer to nil: the worker's default
 	Status             *string
 	IfVersion          *int // when set, the change applies only at this version
 }
@@ -129,6 +133,9 @@ func (s *Store) UpdateEndpoint(ctx context.Context, projectID, id string, p Endp
 		if p.RateLimitPerSecond != nil {
 			cur.RateLimitPerSecond = *p.RateLimitPerSecond
 		}
+		if p.MaxInFlight != nil {
+			cur.MaxInFlight = *p.MaxInFlight
+		}
 		if p.Status != nil && *p.Status != cur.Status {
 			cur.Status = *p.Status
 			cur.DisabledReason = nil
@@ -139,11 +146,11 @@ func (s *Store) UpdateEndpoint(ctx context.Context, projectID, id string, p Endp
 		}
 		out, err = scanEndpoint(tx.QueryRow(ctx, `
 			UPDATE endpoints SET url = $3, description = $4, event_types = $5, rate_limit_per_second = $6,
-				status = $7, disabled_reason = $8, version = version + 1, updated_at = $9
+				status = $7, disabled_reason = $8, version = version + 1, updated_at = $9, max_in_flight = $10
 			WHERE id = $1 AND project_id = $2
 			RETURNING `+endpointColumns,
 			id, projectID, cur.URL, cur.Description, cur.EventTypes, cur.RateLimitPerSecond,
-			cur.Status, cur.DisabledReason, now))
+			cur.Status, cur.DisabledReason, now, cur.MaxInFlight))
 		return err
 	})
 	return out, translate(err, "endpoint")
