@@ -24,13 +24,14 @@ type gate struct {
 	inFlight map[string]int
 	admitted map[string]int           // attempts waiting for a slot
 	latency  map[string]time.Duration // a moving average of the endpoint's request time
+	lastFree map[string]time.Time     // when a slot of the endpoint last freed (or its first was taken)
 	waiting  map[string]chan struct{} // closed when a slot of the endpoint frees
 	freed    chan string              // endpoints that got a slot back, for the holder
 }
 
 func newGate(def int, wait time.Duration) *gate {
 	return &gate{def: def, wait: wait, caps: map[string]int{}, inFlight: map[string]int{}, admitted: map[string]int{},
-		latency: map[string]time.Duration{}, waiting: map[string]chan struct{}{}, freed: make(chan string, 1024)}
+		latency: map[string]time.Duration{}, lastFree: map[string]time.Time{}, waiting: map[string]chan struct{}{}, freed: make(chan string, 1024)}
 }
 
 // admit says whether an attempt for ep may go on to wait for a slot: the
@@ -45,6 +46,9 @@ func (g *gate) admit(ep string) bool {
 		lat := max(g.latency[ep], time.Millisecond)
 		if _, known := g.latency[ep]; !known {
 			lat = g.wait // no request seen yet: as if a slot freed once per wait
+		}
+		if stalled := time.Since(g.lastFree[ep]); stalled > lat {
+			lat = stalled // no slot freed for longer than it takes: slow or hanging now
 		}
 		if g.admitted[ep] >= int(int64(c)*int64(g.wait)/int64(lat)) {
 			return false
@@ -62,6 +66,9 @@ func (g *gate) acquire(ctx context.Context, ep string) bool {
 	for {
 		g.mu.Lock()
 		if g.inFlight[ep] < g.capLocked(ep) {
+			if g.inFlight[ep] == 0 {
+				g.lastFree[ep] = time.Now() // a busy spell starts
+			}
 			g.inFlight[ep]++
 			g.unadmitLocked(ep)
 			g.mu.Unlock()
@@ -106,6 +113,7 @@ func (g *gate) release(ep string, took time.Duration) {
 	if g.inFlight[ep]--; g.inFlight[ep] <= 0 {
 		delete(g.inFlight, ep)
 	}
+	g.lastFree[ep] = time.Now()
 	if old, ok := g.latency[ep]; ok {
 		g.latency[ep] = (7*old + took) / 8
 	} else {
