@@ -36,9 +36,11 @@ func TestMain(m *testing.M) {
 
 // TestWorkerKilledMidAttemptLosesNothing kills a worker process with
 // SIGKILL while a receiver holds its request open, then starts another:
-// the event is delivered (twice: at least once, never zero). asynq gives a
-// killed worker's task back once its lease is a minute stale, so this drill
-// takes about a minute.
+// the event is delivered (twice: at least once, never zero). The killed
+// attempt's delivery lease runs out after every HTTP phase plus 30 s (49 s
+// with this drill's timeouts) and asynq gives the task back once its own
+// lease is stale (about a minute), so this drill takes a little over a
+// minute.
 func TestWorkerKilledMidAttemptLosesNothing(t *testing.T) {
 	t.Parallel()
 	name, dbURL := testenv.Schema(t)
@@ -83,7 +85,8 @@ func TestWorkerKilledMidAttemptLosesNothing(t *testing.T) {
 	}
 	deliveryID := evs[0].Deliveries[0].ID
 
-	first, exited := startWorker(t, dbURL, redisURL, "WEBHOOKD_RETRY_SCHEDULE=1s") // its reconciler enqueues the due delivery
+	first, exited := startWorker(t, dbURL, redisURL, "WEBHOOKD_RETRY_SCHEDULE=1s", // its reconciler enqueues the due delivery
+		"WEBHOOKD_CONNECT_TIMEOUT=2s", "WEBHOOKD_RESPONSE_TIMEOUT=5s")
 	select {
 	case <-inFlight:
 	case <-time.After(30 * time.Second):
