@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strconv"
@@ -17,7 +18,7 @@ import (
 // environment is where and from what the figures came.
 type environment struct {
 	Date     time.Time // UTC
-	Commit   string    // short hash, +dirty for uncommitted changes
+	Commit   string    // short hash, +dirty for uncommitted changes (the report aside)
 	Machine  string
 	Go       string // the Go that built the webhookd binary
 	Postgres string
@@ -33,7 +34,7 @@ func describeEnvironment(ctx context.Context, o *Options) (environment, error) {
 	if err != nil {
 		return environment{}, err
 	}
-	return environment{Date: time.Now().UTC(), Commit: gitCommit(), Machine: machine(),
+	return environment{Date: time.Now().UTC(), Commit: gitCommit(o.Out), Machine: machine(),
 		Go: goVersion(o.Webhookd), Postgres: pg, Redis: "unknown", Asynq: asynqVersion(), Command: commandLine()}, nil
 }
 
@@ -50,14 +51,19 @@ func asynqVersion() string {
 }
 
 // gitCommit is `git rev-parse --short HEAD`, plus "+dirty" when the working
-// tree has changes.
-func gitCommit() string {
+// tree has changes other than to report, the file this run is about to
+// rewrite.
+func gitCommit(report string) string {
 	out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
 	if err != nil {
 		return "unknown (not a git checkout)"
 	}
 	commit := strings.TrimSpace(string(out))
-	if status, err := exec.Command("git", "status", "--porcelain").Output(); err == nil && len(status) > 0 {
+	args := []string{"status", "--porcelain", "--", ":/"}
+	if filepath.IsLocal(report) { // git refuses paths outside the tree
+		args = append(args, ":(exclude)"+report)
+	}
+	if status, err := exec.Command("git", args...).Output(); err == nil && len(status) > 0 {
 		commit += "+dirty"
 	}
 	return commit
