@@ -32,7 +32,7 @@ test:
 	$(GO) test -race -count=1 ./...
 
 ## bench: the Go benchmarks, then the load tool against bin/webhookd (every
-## scenario 3 times, medians) writing BENCHMARKS.md; about half an hour
+## scenario 3 times, medians) writing BENCHMARKS.md; about 20 minutes on 2 cores
 bench: bench-go build bench-tool
 	$(BENCH_TOOL) -webhookd $(BIN) -runs 3 -out BENCHMARKS.md
 
