@@ -10,16 +10,17 @@ import (
 // errBatcherStopped is what Do returns once the batcher has stopped.
 var errBatcherStopped = errors.New("batcher stopped")
 
-// batcher is group commit: calls of Do from many goroutines that arrive
-// while earlier ones are being written travel together in one call of
-// flush (one statement and one commit), up to max items at a time. It adds
-// no delay of its own: an idle batcher flushes a lone item at once, and a
-// busy one gathers what arrives meanwhile. Do returns only after its
-// item's flush has returned, so nothing is reported done before its commit.
+// batcher is group commit: calls of Do from many goroutines travel
+// together in one call of flush (one statement and one commit), up to max
+// items at a time. A flush takes what waits and what arrives within linger
+// of its first item; what arrives while the flushes run waits for the
+// next. Do returns only after its item's flush has returned, so nothing is
+// reported done before its commit.
 type batcher[T, R any] struct {
 	flush   func(ctx context.Context, items []T) ([]R, error)
 	max     int
 	timeout time.Duration // bounds one flush, whatever the callers' contexts
+	linger  time.Duration // how long a flush waits for more items after the first
 	in      chan batchItem[T, R]
 	slots   chan struct{} // flushes running at once
 	stop    chan struct{}
@@ -38,8 +39,8 @@ type batchResult[R any] struct {
 }
 
 // newBatcher starts a batcher running up to flushers flushes at once.
-func newBatcher[T, R any](max, flushers int, timeout time.Duration, flush func(context.Context, []T) ([]R, error)) *batcher[T, R] {
-	b := &batcher[T, R]{flush: flush, max: max, timeout: timeout, in: make(chan batchItem[T, R], 4*max),
+func newBatcher[T, R any](max, flushers int, linger, timeout time.Duration, flush func(context.Context, []T) ([]R, error)) *batcher[T, R] {
+	b := &batcher[T, R]{flush: flush, max: max, linger: linger, timeout: timeout, in: make(chan batchItem[T, R], 4*max),
 		slots: make(chan struct{}, flushers), stop: make(chan struct{})}
 	b.wg.Add(1)
 	go b.run()
@@ -85,15 +86,17 @@ func (b *batcher[T, R]) run() {
 			b.drain()
 			return
 		}
+		linger := time.NewTimer(b.linger)
 	gather:
 		for len(items) < b.max {
 			select {
 			case it := <-b.in:
 				items = append(items, it)
-			default:
+			case <-linger.C:
 				break gather
 			}
 		}
+		linger.Stop()
 		flushes.Add(1)
 		go func() {
 			defer flushes.Done()

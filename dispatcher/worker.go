@@ -191,11 +191,11 @@ func NewWorker(cfg Config) (*Worker, error) {
 // Start begins processing and reconciling.
 func (w *Worker) Start(ctx context.Context) error {
 	d := w.Deliverer
-	d.claims = newBatcher(256, 2, 30*time.Second, func(ctx context.Context, cs []storage.Claim) ([]storage.Lease, error) {
+	d.claims = newBatcher(256, 1, 2*time.Millisecond, 30*time.Second, func(ctx context.Context, cs []storage.Claim) ([]storage.Lease, error) {
 		now := d.clock.Now()
 		return d.db.ClaimDeliveries(ctx, now, now.Add(d.lease), cs)
 	})
-	d.records = newBatcher(256, 4, 30*time.Second, d.db.RecordAttempts)
+	d.records = newBatcher(256, 1, 2*time.Millisecond, 30*time.Second, d.db.RecordAttempts)
 	mux := asynq.NewServeMux()
 	mux.HandleFunc(TaskDelivery, w.handleDelivery)
 	mux.HandleFunc(TaskJob, w.handleJob)
