@@ -178,9 +178,9 @@ func TestTaskDeadlineCoversEveryPhase(t *testing.T) {
 	}
 }
 
-// deadLetter makes one delivery to url a dead letter (its receiver says 400
-// first) and returns its id.
-func (e *env) deadLetter(rc *receiver) string {
+// deadLetter publishes one event to the env's endpoint, whose receiver
+// refuses it, and returns its delivery id once it is a dead letter.
+func (e *env) deadLetter() string {
 	e.t.Helper()
 	id := e.publish("a", 1)[0]
 	e.waitStatus(id, webhookd.DeliveryDeadLetter, 10*time.Second)
@@ -192,20 +192,10 @@ func (e *env) deadLetter(rc *receiver) string {
 func TestOverlappingReplaysDeliverOnce(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil)
-	var mu sync.Mutex
-	code := 400
-	rc := newReceiver(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
-		mu.Lock()
-		c := code
-		mu.Unlock()
-		time.Sleep(100 * time.Millisecond)
-		w.WriteHeader(c)
-	})
+	rc, set := switchable(t, 400, 100*time.Millisecond)
 	e.endpoint(rc.URL, nil)
-	id := e.deadLetter(rc)
-	mu.Lock()
-	code = 200
-	mu.Unlock()
+	id := e.deadLetter()
+	set(200)
 	var wg sync.WaitGroup
 	oks := make([]bool, 2)
 	for i := range 2 {
@@ -267,7 +257,7 @@ func TestReplayToDisabledEndpointIsNotSent(t *testing.T) {
 	e := newEnv(t, nil)
 	rc := newReceiver(t, status(400))
 	ep := e.endpoint(rc.URL, nil)
-	id := e.deadLetter(rc)
+	id := e.deadLetter()
 	disabled := webhookd.EndpointDisabled
 	if _, err := e.db.Store().UpdateEndpoint(context.Background(), e.project.ID, ep.ID,
 		storage.EndpointPatch{Status: &disabled}, time.Now()); err != nil {

@@ -55,6 +55,20 @@ func status(code int) func(int, http.ResponseWriter, *http.Request) {
 	return func(_ int, w http.ResponseWriter, _ *http.Request) { w.WriteHeader(code) }
 }
 
+// switchable is a receiver that answers every request with a status the
+// test changes with set; each answer waits delay first.
+func switchable(t testing.TB, code int, delay time.Duration) (rc *receiver, set func(int)) {
+	var mu sync.Mutex
+	rc = newReceiver(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+		mu.Lock()
+		c := code
+		mu.Unlock()
+		time.Sleep(delay)
+		w.WriteHeader(c)
+	})
+	return rc, func(c int) { mu.Lock(); code = c; mu.Unlock() }
+}
+
 func (rc *receiver) requests() []received {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()

@@ -460,13 +460,7 @@ func TestPrivateAddressesRefusedWithoutTheFlag(t *testing.T) {
 func TestManualRedeliveryOfDeadLetter(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil)
-	var mu sync.Mutex
-	code := 400
-	rc := newReceiver(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
-		mu.Lock()
-		defer mu.Unlock()
-		w.WriteHeader(code)
-	})
+	rc, set := switchable(t, 400, 0)
 	e.endpoint(rc.URL, nil)
 	id := e.publish("a", 1)[0]
 	e.waitStatus(id, webhookd.DeliveryDeadLetter, 10*time.Second)
@@ -477,9 +471,7 @@ func TestManualRedeliveryOfDeadLetter(t *testing.T) {
 	if d := e.delivery(id); d.Status != webhookd.DeliveryDeadLetter || d.Attempts[1].Trigger != "manual" {
 		t.Fatalf("after a failed manual attempt: %s %+v", d.Status, d.Attempts[1])
 	}
-	mu.Lock()
-	code = 200
-	mu.Unlock()
+	set(200)
 	e.redeliver(id, "tester")
 	d := e.waitStatus(id, webhookd.DeliverySucceeded, 10*time.Second)
 	got := rc.requests()

@@ -23,14 +23,11 @@ var burstScenario = scenario{
 }
 
 func runBurst(ctx context.Context, o *Options, seq int) (result, error) {
-	s, err := prepareStack(ctx, o, seq)
+	s, err := startStack(ctx, o, seq)
 	if err != nil {
 		return result{}, err
 	}
 	defer s.Close()
-	if err := s.start(ctx); err != nil {
-		return result{}, err
-	}
 	var eps []endpoint
 	var names []string
 	for i := range burstEndpoints {

@@ -21,14 +21,11 @@ var noisyScenario = scenario{
 }
 
 func runNoisy(ctx context.Context, o *Options, seq int) (result, error) {
-	s, err := prepareStack(ctx, o, seq)
+	s, err := startStack(ctx, o, seq, "WEBHOOKD_RESPONSE_TIMEOUT=30s")
 	if err != nil {
 		return result{}, err
 	}
 	defer s.Close()
-	if err := s.start(ctx, "WEBHOOKD_RESPONSE_TIMEOUT=30s"); err != nil {
-		return result{}, err
-	}
 	_, err = s.createEndpoints(ctx, []endpoint{
 		{name: "hang", behaviour: hang, eventType: "bench.hang"},
 		{name: "healthy", behaviour: instant, eventType: "bench.healthy"},

@@ -29,14 +29,11 @@ func slowEvents(o *Options) int {
 }
 
 func runSlow(ctx context.Context, o *Options, seq int) (result, error) {
-	s, err := prepareStack(ctx, o, seq)
+	s, err := startStack(ctx, o, seq)
 	if err != nil {
 		return result{}, err
 	}
 	defer s.Close()
-	if err := s.start(ctx); err != nil {
-		return result{}, err
-	}
 	var eps []endpoint
 	var names []string
 	for i := range o.SlowEndpoints {

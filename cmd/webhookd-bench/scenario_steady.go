@@ -17,14 +17,11 @@ var steadyScenario = scenario{
 }
 
 func runSteady(ctx context.Context, o *Options, seq int) (result, error) {
-	s, err := prepareStack(ctx, o, seq)
+	s, err := startStack(ctx, o, seq)
 	if err != nil {
 		return result{}, err
 	}
 	defer s.Close()
-	if err := s.start(ctx); err != nil {
-		return result{}, err
-	}
 	note, err := s.createEndpoints(ctx, []endpoint{
 		{name: "steady", behaviour: instant, eventType: "bench.steady", maxInFlight: o.MaxInFlight}})
 	if err != nil {

@@ -27,6 +27,20 @@ type stack struct {
 	toolCPU time.Duration // the tool's CPU time when webhookd was ready
 }
 
+// startStack prepares a stack and starts webhookd on it with the extra
+// environment; on failure nothing is left behind.
+func startStack(ctx context.Context, opts *Options, seq int, extra ...string) (*stack, error) {
+	s, err := prepareStack(ctx, opts, seq)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.start(ctx, extra...); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
 // prepareStack makes the database (webhookd_bench_<pid>_<seq>), starts
 // Redis and the receiver, migrates, and creates the project "bench".
 // webhookd itself is not started yet: see start.

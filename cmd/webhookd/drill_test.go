@@ -34,17 +34,11 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// TestWorkerKilledMidAttemptLosesNothing kills a worker process with
-// SIGKILL while a receiver holds its request open, then starts another:
-// the event is delivered (twice: at least once, never zero). The killed
-// attempt's delivery lease runs out after every HTTP phase plus 30 s (49 s
-// with this drill's timeouts) and asynq gives the task back once its own
-// lease is stale (about a minute), so this drill takes a little over a
-// minute.
-func TestWorkerKilledMidAttemptLosesNothing(t *testing.T) {
-	t.Parallel()
+// drillDB gives a drill its own migrated schema with a project: the
+// database, the project and the URL a worker process connects with.
+func drillDB(t *testing.T) (*storage.DB, webhookd.Project, string) {
+	t.Helper()
 	name, dbURL := testenv.Schema(t)
-	_, redisURL := testenv.Redis(t)
 	ctx := context.Background()
 	db, err := storage.Open(ctx, storage.Config{URL: testenv.DatabaseURL(), SearchPath: name})
 	if err != nil {
@@ -58,6 +52,21 @@ func TestWorkerKilledMidAttemptLosesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return db, p, dbURL
+}
+
+// TestWorkerKilledMidAttemptLosesNothing kills a worker process with
+// SIGKILL while a receiver holds its request open, then starts another:
+// the event is delivered (twice: at least once, never zero). The killed
+// attempt's delivery lease runs out after every HTTP phase plus 30 s (49 s
+// with this drill's timeouts) and asynq gives the task back once its own
+// lease is stale (about a minute), so this drill takes a little over a
+// minute.
+func TestWorkerKilledMidAttemptLosesNothing(t *testing.T) {
+	t.Parallel()
+	db, p, dbURL := drillDB(t)
+	_, redisURL := testenv.Redis(t)
+	ctx := context.Background()
 
 	var mu sync.Mutex
 	var ids []string

@@ -28,21 +28,9 @@ func TestSIGTERMFinishesInFlightAttempts(t *testing.T) {
 		concurrency = 4 // below events: most deliveries are still queued at SIGTERM
 		hold        = 2 * time.Second
 	)
-	name, dbURL := testenv.Schema(t)
+	db, p, dbURL := drillDB(t)
 	rdb, redisURL := testenv.Redis(t)
 	ctx := context.Background()
-	db, err := storage.Open(ctx, storage.Config{URL: testenv.DatabaseURL(), SearchPath: name})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(db.Close)
-	if err := db.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	_, p, err := db.Store().CreateAPIKey(ctx, "drill", storage.ProjectPlan{})
-	if err != nil {
-		t.Fatal(err)
-	}
 
 	// The receiver takes hold to answer each request and remembers which
 	// ones it answered in full (204 sent and flushed).
