@@ -30,15 +30,17 @@ import (
 // These benchmarks run against the local PostgreSQL and Redis (testenv), on
 // loopback only. Compare BenchmarkAsynqNoop's tasks/s with
 // BenchmarkDeliveryEndToEnd/backlog's deliveries/s from the same run: both
-// time enqueueing b.N tasks one by one and then processing them with 20
-// workers, so their ratio is what webhookd's attempt (PostgreSQL lock,
-// signing, HTTP, PostgreSQL commit) costs over asynq's own bookkeeping.
+// time enqueueing b.N tasks one by one and then processing them (asynq with
+// 20 workers, webhookd with its default concurrency and per-endpoint cap),
+// so their ratio is what webhookd's attempt (lease claim, signing, HTTP,
+// record) costs over asynq's own bookkeeping. The load tool
+// (cmd/webhookd-bench, make bench) measures the whole binary.
 
 const (
 	benchConcurrency = 20
 	benchCreateBatch = 500                    // events per CreateEvents call in setup
 	benchSteadyRate  = 200                    // events per second in the steady variant
-	benchPollEvery   = 100 * time.Millisecond // asynq TaskCheckInterval (the worker's default too)
+	benchPollEvery   = 100 * time.Millisecond // asynq TaskCheckInterval of the no-op server
 )
 
 // BenchmarkAsynqNoop measures asynq alone: b.N tasks enqueued one by one,
