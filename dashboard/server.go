@@ -1,0 +1,166 @@
+// Package dashboard serves webhookd's browser dashboard (SPEC §5): a login
+// with the admin token, the deliveries of the last 14 days across every
+// project with filters and cursor pages, one delivery with its payload and
+// attempt history, and a Redeliver button. Pages are server-rendered with
+// templ; every action is a plain HTML form POST, so no JavaScript is needed
+// (and the Content-Security-Policy allows none). Every POST is refused
+// cross-origin by http.CrossOriginProtection.
+//
+// The dashboard reads and acts through storage and the Enqueuer, the same
+// code as the public API; it has no SQL of its own.
+package dashboard
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/storage"
+)
+
+// Config configures a Server. Zero values take the defaults named in each
+// field's comment.
+type Config struct {
+	DB         *storage.DB       // required
+	Enqueuer   webhookd.Enqueuer // hands redeliveries to the queue; nil: the reconciler picks them up
+	AdminToken string            // required: the login token (see NewAdminToken)
+	Clock      webhookd.Clock    // default webhookd.SystemClock
+	Logger     *slog.Logger      // default slog.Default()
+	// Window is how far back the deliveries page looks; default 14 days.
+	Window time.Duration
+	// PageSize is the number of deliveries per page; default 50.
+	PageSize int
+	// SessionTTL is how long a login lasts; default 12h.
+	SessionTTL time.Duration
+	// FailedLogins limits failed logins per client IP: a burst of
+	// FailedLoginBurst, then one more every FailedLoginEvery; defaults 5
+	// and 12s (5 a minute).
+	FailedLoginBurst int
+	FailedLoginEvery time.Duration
+}
+
+// WithDefaults fills zero values.
+func (c Config) WithDefaults() Config {
+	if c.Clock == nil {
+		c.Clock = webhookd.SystemClock{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Window == 0 {
+		c.Window = 14 * 24 * time.Hour
+	}
+	if c.PageSize == 0 {
+		c.PageSize = 50
+	}
+	if c.SessionTTL == 0 {
+		c.SessionTTL = 12 * time.Hour
+	}
+	if c.FailedLoginBurst == 0 {
+		c.FailedLoginBurst = 5
+	}
+	if c.FailedLoginEvery == 0 {
+		c.FailedLoginEvery = 12 * time.Second
+	}
+	return c
+}
+
+// Validate names the first bad field.
+func (c Config) Validate() error {
+	switch {
+	case c.DB == nil:
+		return errors.New("dashboard: DB is required")
+	case len(c.AdminToken) < 16:
+		return errors.New("dashboard: the admin token must be at least 16 characters")
+	case c.PageSize < 1 || c.PageSize > 500:
+		return errors.New("dashboard: PageSize must be 1–500")
+	}
+	return nil
+}
+
+// NewAdminToken returns a random admin token, for a process started without
+// WEBHOOKD_ADMIN_TOKEN.
+func NewAdminToken() string {
+	b := make([]byte, 24)
+	rand.Read(b)
+	return "wha_" + base64.RawURLEncoding.EncodeToString(b)
+}
+
+// Server is the dashboard's http.Handler.
+type Server struct {
+	cfg      Config
+	store    *storage.Store
+	log      *slog.Logger
+	sessions *sessions
+	limiter  *loginLimiter
+	handler  http.Handler
+}
+
+// New returns the dashboard.
+func New(cfg Config) (*Server, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, store: cfg.DB.Store(), log: cfg.Logger,
+		sessions: newSessions(cfg.AdminToken, cfg.SessionTTL),
+		limiter:  newLoginLimiter(cfg.FailedLoginBurst, cfg.FailedLoginEvery)}
+	mux := http.NewServeMux()
+	mux.Handle("GET /static/", http.StripPrefix("/static/", staticFiles()))
+	mux.HandleFunc("GET /login", s.loginPage)
+	mux.HandleFunc("POST /login", s.login)
+	mux.HandleFunc("POST /logout", s.logout)
+	mux.Handle("GET /{$}", s.authed(s.deliveriesPage))
+	mux.Handle("GET /deliveries/{id}", s.authed(s.deliveryPage))
+	mux.Handle("POST /deliveries/{id}/redeliver", s.authed(s.redeliver))
+	mux.Handle("/", s.authed(func(w http.ResponseWriter, r *http.Request) {
+		s.render(w, r, http.StatusNotFound, errorPage("Not found", "There is no page here."))
+	}))
+	cop := http.NewCrossOriginProtection()
+	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.render(w, r, http.StatusForbidden, errorPage("Cross-origin request refused",
+			"This form was posted from another site or origin, so nothing was done."))
+	}))
+	s.handler = securityHeaders(cop.Handler(mux))
+	return s, nil
+}
+
+// ServeHTTP serves the dashboard.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+
+// contentSecurityPolicy allows no script at all, styles only from the
+// dashboard's own stylesheet, and forms that post only to the dashboard.
+const contentSecurityPolicy = "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; " +
+	"frame-ancestors 'none'; base-uri 'none'"
+
+// securityHeaders sets the headers every dashboard response carries.
+func securityHeaders(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hd := w.Header()
+		hd.Set("Content-Security-Policy", contentSecurityPolicy)
+		hd.Set("X-Content-Type-Options", "nosniff")
+		hd.Set("X-Frame-Options", "DENY")
+		hd.Set("Referrer-Policy", "same-origin")
+		h.ServeHTTP(w, r)
+	})
+}
+
+// authed lets only a logged-in browser through; others go to the login
+// page (a GET comes back to where it was going once logged in).
+func (s *Server) authed(h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.sessions.valid(r, s.cfg.Clock.Now()) {
+			h(w, r)
+			return
+		}
+		next := "/"
+		if r.Method == http.MethodGet {
+			next = r.URL.RequestURI()
+		}
+		http.Redirect(w, r, "/login?next="+urlQueryEscape(next), http.StatusSeeOther)
+	})
+}
