@@ -76,6 +76,8 @@ func (c Config) Validate() error {
 		return errors.New("WEBHOOKD_DATABASE_MAX_CONNS must be at least 4")
 	case c.ReconcileInterval <= 0:
 		return errors.New("WEBHOOKD_RECONCILE_INTERVAL must be positive")
+	case c.AdminToken != "" && len(c.AdminToken) < 16:
+		return errors.New("WEBHOOKD_ADMIN_TOKEN must be at least 16 characters (or unset, for a generated one)")
 	}
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/webhookd/webhookd/api"
+	"github.com/webhookd/webhookd/dashboard"
 	"github.com/webhookd/webhookd/deadletter"
 	"github.com/webhookd/webhookd/dispatcher"
 	"github.com/webhookd/webhookd/storage"
@@ -25,7 +26,7 @@ import (
 type Roles struct {
 	API    bool // the public API on APIAddr
 	Worker bool // deliveries, the reconciler and background jobs
-	Ops    bool // /healthz, /readyz and /metrics on DashboardAddr
+	Ops    bool // the dashboard, /healthz, /readyz and /metrics on DashboardAddr
 }
 
 // Main is one webhookd process: its configuration, connections and
@@ -41,11 +42,12 @@ type Main struct {
 	// schema (tests).
 	SearchPath string
 
-	API     *api.Server
-	Worker  *dispatcher.Worker
-	Queue   *dispatcher.Queue
-	APIAddr string // the API's bound address once started
-	OpsAddr string // the ops listener's bound address once started
+	API       *api.Server
+	Dashboard *dashboard.Server
+	Worker    *dispatcher.Worker
+	Queue     *dispatcher.Queue
+	APIAddr   string // the API's bound address once started
+	OpsAddr   string // the ops listener's bound address once started
 
 	servers []*http.Server
 }
@@ -141,12 +143,16 @@ func (m *Main) Start(ctx context.Context, roles Roles) error {
 		m.Logger.Info("api listening", "addr", m.APIAddr)
 	}
 	if roles.Ops {
+		if err := m.startDashboard(); err != nil {
+			return err
+		}
 		addr, err := m.listen(m.Config.DashboardAddr, m.opsHandler())
 		if err != nil {
 			return err
 		}
 		m.OpsAddr = addr
-		m.Logger.Info("health and metrics listening", "addr", addr, "paths", "/healthz /readyz /metrics")
+		m.Logger.Info("dashboard listening", "addr", addr, "url", "http://"+addr+"/",
+			"paths", "/ (login) /healthz /readyz /metrics")
 	}
 	return nil
 }
@@ -168,9 +174,28 @@ func (m *Main) listen(addr string, h http.Handler) (string, error) {
 	return ln.Addr().String(), nil
 }
 
-// opsHandler serves /healthz, /readyz and /metrics without login.
+// startDashboard makes the dashboard. Without WEBHOOKD_ADMIN_TOKEN it
+// generates a token for this process and prints it once, in the log.
+func (m *Main) startDashboard() error {
+	if m.Config.AdminToken == "" {
+		m.Config.AdminToken = dashboard.NewAdminToken()
+		m.Logger.Warn("WEBHOOKD_ADMIN_TOKEN is not set: log in to the dashboard with this generated token, "+
+			"good until the process stops", "admin_token", m.Config.AdminToken)
+	}
+	d, err := dashboard.New(dashboard.Config{DB: m.DB, Enqueuer: m.Queue, AdminToken: m.Config.AdminToken,
+		Logger: m.Logger})
+	if err != nil {
+		return err
+	}
+	m.Dashboard = d
+	return nil
+}
+
+// opsHandler serves /healthz, /readyz and /metrics without login, and the
+// dashboard (behind its login) on every other path.
 func (m *Main) opsHandler() http.Handler {
 	mux := http.NewServeMux()
+	mux.Handle("/", m.Dashboard)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte("ok\n"))
 	})
