@@ -1,0 +1,325 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/google/uuid"
+)
+
+const dashboardToken = "browser-test-admin-token-0123456789"
+
+// receiver is a loopback webhook receiver that remembers the X-Request-Id
+// of every request, by path, and answers each path its own way.
+type receiver struct {
+	*httptest.Server
+	mu   sync.Mutex
+	seen map[string][]string // path → X-Request-Id of each request
+}
+
+func newReceiver(t *testing.T) *receiver {
+	rc := &receiver{seen: map[string][]string{}}
+	rc.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		rc.mu.Lock()
+		rc.seen[r.URL.Path] = append(rc.seen[r.URL.Path], r.Header.Get("X-Request-Id"))
+		rc.mu.Unlock()
+		if r.URL.Path == "/bad" {
+			http.Error(w, "no such customer", http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"received":true,"by":"loopback receiver"}`)
+	}))
+	t.Cleanup(rc.Close)
+	return rc
+}
+
+func (rc *receiver) requestIDs(path string) []string {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return append([]string(nil), rc.seen[path]...)
+}
+
+// browser starts headless Chromium for the test and returns a tab.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	path := os.Getenv("WEBHOOKD_TEST_CHROMIUM")
+	if path == "" {
+		var err error
+		if path, err = exec.LookPath("chromium"); err != nil {
+			t.Fatalf("no chromium on PATH (apt-get install chromium, or set WEBHOOKD_TEST_CHROMIUM): %v", err)
+		}
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox,
+		chromedp.DisableGPU, chromedp.Flag("disable-background-networking", true), chromedp.WindowSize(1280, 900))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancelAlloc)
+	ctx, cancelTab := chromedp.NewContext(actx)
+	t.Cleanup(cancelTab)
+	// Start the browser and open the tab now, on a context that lives as
+	// long as the test: the first run's context owns them.
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	return ctx
+}
+
+// step bounds one browser step, so a page that never comes fails the test
+// instead of hanging it.
+func step(t *testing.T, ctx context.Context) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// screenshot saves what the tab shows under the test's artifact directory
+// (kept with go test -artifacts).
+func screenshot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	file := filepath.Join(t.ArtifactDir(), name+".png")
+	if err := os.WriteFile(file, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s", file)
+}
+
+// eventually polls cond every 50 ms until it holds or 20 s pass.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 20s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestDashboardInBrowser drives the dashboard of a real `webhookd all` in
+// headless Chromium: a wrong token is refused, the admin logs in, filters by
+// status, opens a delivery (its payload shown as text, its response body and
+// request id), redelivers it (the receiver gets a new attempt with a new
+// X-Request-Id), and a form posted from another origin is refused and
+// changes nothing.
+func TestDashboardInBrowser(t *testing.T) {
+	t.Parallel()
+	m, key := startMain(t, Roles{API: true, Worker: true, Ops: true}, func(c *Config) {
+		c.AllowPrivateNetworks, c.AdminToken = true, dashboardToken
+	})
+	rc := newReceiver(t)
+	api := func(method, path, body string) map[string]any {
+		t.Helper()
+		req, _ := http.NewRequest(method, "http://"+m.APIAddr+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+key)
+		if method == "POST" {
+			req.Header.Set("Idempotency-Key", uuid.NewString())
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out map[string]any
+		json.NewDecoder(resp.Body).Decode(&out)
+		if resp.StatusCode >= 300 {
+			t.Fatalf("%s %s: %d %v", method, path, resp.StatusCode, out)
+		}
+		return out
+	}
+	epOK := api("POST", "/v1/endpoints", fmt.Sprintf(`{"url":%q}`, rc.URL+"/ok"))["id"].(string)
+	epBad := api("POST", "/v1/endpoints", fmt.Sprintf(`{"url":%q}`, rc.URL+"/bad"))["id"].(string)
+	const xss = `<img src=x onerror=alert(1)>`
+	okEvent := api("POST", "/v1/events", fmt.Sprintf(`{"type":"invoice.paid","data":{"note":%q},"endpoint_ids":[%q]}`, xss, epOK))
+	badEvent := api("POST", "/v1/events", fmt.Sprintf(`{"type":"user.created","data":{},"endpoint_ids":[%q]}`, epBad))
+	okID := okEvent["deliveries"].([]any)[0].(map[string]any)["id"].(string)
+	badID := badEvent["deliveries"].([]any)[0].(map[string]any)["id"].(string)
+	status := func(id string) string { return api("GET", "/v1/deliveries/"+id, "")["status"].(string) }
+	eventually(t, "first attempts", func() bool { return status(okID) == "succeeded" && status(badID) == "dead_letter" })
+
+	ctx := browser(t)
+	dash := "http://" + m.OpsAddr
+	text := func(ctx context.Context, sel string) string {
+		t.Helper()
+		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+		if err != nil {
+			t.Fatalf("text of %s: %v", sel, err)
+		}
+		return s
+	}
+	rowIDs := func(ctx context.Context) []string {
+		t.Helper()
+		ids, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](
+			`[...document.querySelectorAll("tbody tr")].map(tr => tr.dataset.deliveryId)`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+
+	t.Run("wrong token is refused", func(t *testing.T) {
+		ctx := step(t, ctx)
+		if err := chromedp.Do(ctx, chromedp.Navigate(dash+"/"), chromedp.WaitVisible(chromedp.ID("token")),
+			chromedp.SendKeys(chromedp.ID("token"), "not-the-token-at-all")); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := chromedp.RunResponse(ctx, chromedp.Click(chromedp.ID("login")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Status != http.StatusUnauthorized || !strings.Contains(text(ctx, `[role="alert"]`), "not the admin token") {
+			t.Fatalf("wrong token: status %d", resp.Status)
+		}
+		screenshot(t, ctx, "wrong-token")
+	})
+
+	t.Run("log in", func(t *testing.T) {
+		ctx := step(t, ctx)
+		if err := chromedp.Do(ctx, chromedp.SendKeys(chromedp.ID("token"), dashboardToken)); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := chromedp.RunResponse(ctx, chromedp.Click(chromedp.ID("login")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Status != http.StatusOK || !strings.HasSuffix(resp.URL, "/") {
+			t.Fatalf("after login: %d %s", resp.Status, resp.URL)
+		}
+		if got := rowIDs(ctx); fmt.Sprint(got) != fmt.Sprint([]string{badID, okID}) {
+			t.Fatalf("rows %v, want both deliveries, newest first", got)
+		}
+		screenshot(t, ctx, "deliveries")
+		if err := chromedp.Do(ctx, chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile)); err != nil {
+			t.Fatal(err)
+		}
+		screenshot(t, ctx, "deliveries-phone")
+		if err := chromedp.Do(ctx, chromedp.ResetViewport()); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("filter by status", func(t *testing.T) {
+		ctx := step(t, ctx)
+		if err := chromedp.Do(ctx, chromedp.SetValue(chromedp.ID("f-status"), "dead_letter")); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := chromedp.RunResponse(ctx, chromedp.Click(chromedp.ID("filter")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(resp.URL, "status=dead_letter") {
+			t.Fatalf("the filter is not in the URL: %s", resp.URL)
+		}
+		if got := rowIDs(ctx); fmt.Sprint(got) != fmt.Sprint([]string{badID}) {
+			t.Fatalf("dead letters %v, want %s alone", got, badID)
+		}
+		if badge := text(ctx, `tbody .badge`); badge != "dead letter" {
+			t.Errorf("badge %q", badge)
+		}
+		screenshot(t, ctx, "filtered-dead-letters")
+	})
+
+	t.Run("a delivery shows its payload as text, response body and request id", func(t *testing.T) {
+		ctx := step(t, ctx)
+		if err := chromedp.Do(ctx, chromedp.Navigate(dash+"/"), chromedp.WaitVisible(chromedp.CSS("tbody tr"))); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := chromedp.RunResponse(ctx, chromedp.Click(chromedp.CSS(`a[href="/deliveries/`+okID+`"]`))); err != nil {
+			t.Fatal(err)
+		}
+		first := rc.requestIDs("/ok")
+		if len(first) != 1 {
+			t.Fatalf("receiver got %v", first)
+		}
+		if got := text(ctx, ".attempt .request-id"); got != first[0] {
+			t.Errorf("request id %q, receiver saw %q", got, first[0])
+		}
+		if got := text(ctx, ".attempt .response-body"); got != `{"received":true,"by":"loopback receiver"}` {
+			t.Errorf("response body %q", got)
+		}
+		if got := text(ctx, "#payload"); !strings.Contains(got, xss) {
+			t.Errorf("payload %q does not show the markup as text", got)
+		}
+		n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("img, script").length`))
+		if err != nil || n != 0 {
+			t.Fatalf("%d img/script elements on the page (%v)", n, err)
+		}
+		screenshot(t, ctx, "delivery")
+	})
+
+	t.Run("redeliver makes a new attempt with a new request id", func(t *testing.T) {
+		ctx := step(t, ctx)
+		if _, err := chromedp.RunResponse(ctx, chromedp.Click(chromedp.ID("redeliver"))); err != nil {
+			t.Fatal(err)
+		}
+		if got := text(ctx, "#flash"); !strings.Contains(got, "Redelivery requested") {
+			t.Fatalf("flash %q", got)
+		}
+		var ids []string
+		eventually(t, "the receiver gets the redelivery", func() bool { ids = rc.requestIDs("/ok"); return len(ids) == 2 })
+		if ids[1] == ids[0] || !strings.HasPrefix(ids[1], "req_") {
+			t.Fatalf("request ids %v: want a new one", ids)
+		}
+		eventually(t, "the attempt is recorded", func() bool {
+			d := api("GET", "/v1/deliveries/"+okID, "")
+			return len(d["attempts"].([]any)) == 2
+		})
+		if err := chromedp.Do(ctx, chromedp.Navigate(dash+"/deliveries/"+okID),
+			chromedp.WaitVisible(chromedp.CSS(`li.attempt[data-request-id="`+ids[1]+`"]`))); err != nil {
+			t.Fatal(err)
+		}
+		if got := text(ctx, `li.attempt[data-request-id="`+ids[1]+`"] .trigger`); got != "manual" {
+			t.Errorf("trigger %q", got)
+		}
+		screenshot(t, ctx, "redelivered")
+	})
+
+	t.Run("a cross-origin form POST is refused and changes nothing", func(t *testing.T) {
+		ctx := step(t, ctx)
+		// Another origin on the same host: same site, so the SameSite=Strict
+		// cookie goes along, and only the cross-origin check stands between.
+		evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprintf(w, `<!DOCTYPE html><form method="post" action="%s/deliveries/%s/redeliver"><button id="go">Win a prize</button></form>`,
+				dash, badID)
+		}))
+		defer evil.Close()
+		before := api("GET", "/v1/deliveries/"+badID, "")
+		if err := chromedp.Do(ctx, chromedp.Navigate(evil.URL), chromedp.WaitVisible(chromedp.ID("go"))); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := chromedp.RunResponse(ctx, chromedp.Click(chromedp.ID("go")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Status != http.StatusForbidden || !strings.Contains(text(ctx, "h1"), "Cross-origin request refused") {
+			t.Fatalf("cross-origin POST: %d", resp.Status)
+		}
+		screenshot(t, ctx, "cross-origin-refused")
+		var pending *string
+		if err := m.DB.Pool().QueryRow(context.Background(), `SELECT manual_request_id FROM deliveries WHERE id = $1`,
+			badID).Scan(&pending); err != nil || pending != nil {
+			t.Fatalf("a redelivery was recorded: %v (%v)", pending, err)
+		}
+		after := api("GET", "/v1/deliveries/"+badID, "")
+		if len(after["attempts"].([]any)) != len(before["attempts"].([]any)) || len(rc.requestIDs("/bad")) != 1 {
+			t.Fatalf("attempts changed: before %v after %v", before["attempts"], after["attempts"])
+		}
+	})
+}
