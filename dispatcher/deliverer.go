@@ -120,13 +120,13 @@ func (d *Deliverer) Attempt(ctx context.Context, r Request) (Result, error) {
 	}()
 	if auto && r.EndpointID != "" {
 		if !d.gate.admit(r.EndpointID) {
-			return Result{}, d.holder.hold(ctx, r.EndpointID, r.DeliveryID, d.clock.Now(), "endpoint at its in-flight cap")
+			return Result{}, d.holder.hold(ctx, r.EndpointID, r.DeliveryID, d.clock.Now(), holdInFlightCap)
 		}
 		admitted = true
 		if rate, ok := d.holder.rate(r.EndpointID); ok { // known from an earlier claim: no database work if held back
 			rateChecked = true
 			if at, ok := d.allowed(ctx, r.EndpointID, rate); !ok {
-				return Result{}, d.holder.hold(ctx, r.EndpointID, r.DeliveryID, at, "endpoint rate limit")
+				return Result{}, d.holder.hold(ctx, r.EndpointID, r.DeliveryID, at, holdRateLimit)
 			}
 		}
 	}
@@ -150,7 +150,7 @@ func (d *Deliverer) Attempt(ctx context.Context, r Request) (Result, error) {
 	}
 	if auto && !rateChecked && l.Endpoint.RateLimitPerSecond != nil {
 		if at, ok := d.allowed(ctx, del.EndpointID, *l.Endpoint.RateLimitPerSecond); !ok {
-			return d.holdLeased(ctx, &l, at, "endpoint rate limit")
+			return d.holdLeased(ctx, &l, at, holdRateLimit)
 		}
 	}
 	// The endpoint's cap counts requests in flight: a slot is held from
@@ -159,11 +159,11 @@ func (d *Deliverer) Attempt(ctx context.Context, r Request) (Result, error) {
 	defer slot.release()
 	if auto {
 		if !admitted && !d.gate.admit(del.EndpointID) { // a task that did not name its endpoint
-			return d.holdLeased(ctx, &l, now, "endpoint at its in-flight cap")
+			return d.holdLeased(ctx, &l, now, holdInFlightCap)
 		}
 		admitted = false // acquire ends the admission either way
 		if !d.gate.acquire(ctx, del.EndpointID) {
-			return d.holdLeased(ctx, &l, now, "endpoint at its in-flight cap")
+			return d.holdLeased(ctx, &l, now, holdInFlightCap)
 		}
 		slot = endpointSlot{gate: d.gate, ep: del.EndpointID, start: time.Now()}
 	}

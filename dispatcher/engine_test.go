@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/dispatcher"
@@ -69,10 +71,12 @@ func TestNoConnectionHeldThroughARequest(t *testing.T) {
 // attempts, and another endpoint's deliveries go through meanwhile.
 func TestHangingEndpointDoesNotStarveOthers(t *testing.T) {
 	t.Parallel()
+	reg := prometheus.NewRegistry()
 	e := newEnv(t, func(c *dispatcher.Config) {
 		c.Concurrency = 20
 		c.EndpointMaxInFlight = 5
 		c.HTTP.ResponseTimeout = time.Minute
+		c.Metrics = reg
 	})
 	h := newHanging(t)
 	fast := newReceiver(t, status(204))
@@ -104,6 +108,13 @@ func TestHangingEndpointDoesNotStarveOthers(t *testing.T) {
 	processed := func() int {
 		q, _ := insp.GetQueueInfo(dispatcher.DefaultQueue)
 		return q.Processed
+	}
+	held, err := testutil.GatherAndCount(reg, "webhookd_deliveries_held_back_total")
+	if err != nil || held != 1 {
+		t.Fatalf("held-back series: %d (%v)", held, err)
+	}
+	if n := testutil.ToFloat64(heldCounter(t, reg)); n < 95 {
+		t.Fatalf("webhookd_deliveries_held_back_total says %v, want at least the 95 held", n)
 	}
 	before := processed()
 	time.Sleep(time.Second) // a second of nothing happening: the held backlog must not be polled
@@ -317,4 +328,27 @@ func TestEndpointOwnCap(t *testing.T) {
 	if p := h.peak.Load(); p != 3 {
 		t.Fatalf("%d requests in flight at most, want the endpoint's own cap 3", p)
 	}
+}
+
+// heldCounter reads webhookd_deliveries_held_back_total{reason="in_flight_cap"}.
+func heldCounter(t *testing.T, reg *prometheus.Registry) prometheus.Collector {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "webhookd_deliveries_held_back_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "reason" && l.GetValue() == "in_flight_cap" {
+					return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "x"}, m.GetCounter().GetValue)
+				}
+			}
+		}
+	}
+	t.Fatal("no webhookd_deliveries_held_back_total{reason=in_flight_cap}")
+	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/webhookd/webhookd"
@@ -17,6 +18,12 @@ import (
 // the holder wakes it sooner. It only matters if every wake-up was missed
 // (a worker killed between the two): then the task comes back on its own.
 const holdFor = 5 * time.Minute
+
+// Why a delivery is held back (the label of webhookd_deliveries_held_back_total).
+const (
+	holdInFlightCap = "in_flight_cap" // its endpoint has its cap of requests in flight
+	holdRateLimit   = "rate_limit"    // its endpoint's rate_limit_per_second
+)
 
 // holder keeps deliveries that their endpoint cannot take yet (at its
 // in-flight cap, or over its rate_limit_per_second) out of everyone's way.
@@ -39,6 +46,7 @@ type holder struct {
 	clock     webhookd.Clock
 	log       *slog.Logger
 	interval  time.Duration
+	held      *prometheus.CounterVec // by reason
 
 	mu    sync.Mutex
 	rates map[string]int      // endpoints' rate_limit_per_second, learnt from their claims
@@ -47,8 +55,9 @@ type holder struct {
 	loop
 }
 
-func newHolder(rdb redis.UniversalClient, q *Queue, g *gate, clock webhookd.Clock, log *slog.Logger) *holder {
-	return &holder{rdb: rdb, inspector: asynq.NewInspectorFromRedisClient(rdb), queue: q, gate: g,
+func newHolder(rdb redis.UniversalClient, q *Queue, g *gate, clock webhookd.Clock, log *slog.Logger,
+	held *prometheus.CounterVec) *holder {
+	return &holder{rdb: rdb, held: held, inspector: asynq.NewInspectorFromRedisClient(rdb), queue: q, gate: g,
 		prefix: "webhookd:{" + q.queue + "}:held:", clock: clock, log: log, interval: 100 * time.Millisecond,
 		rates: map[string]int{}, known: map[string]struct{}{}}
 }
@@ -70,7 +79,8 @@ func (h *holder) hold(ctx context.Context, ep, id string, at time.Time, reason s
 	h.mu.Lock()
 	h.known[ep] = struct{}{}
 	h.mu.Unlock()
-	return &RetryAt{At: h.clock.Now().Add(holdFor), Reason: reason + "; held back"}
+	h.held.WithLabelValues(reason).Inc()
+	return &RetryAt{At: h.clock.Now().Add(holdFor), Reason: "held back: " + reason}
 }
 
 // setRate records ep's rate_limit_per_second (nil: none).

@@ -16,6 +16,9 @@ type metrics struct {
 	attempts  *prometheus.CounterVec
 	duration  prometheus.Histogram
 	reconcile prometheus.Histogram
+	offered   prometheus.Counter
+	held      *prometheus.CounterVec
+	groups    *prometheus.HistogramVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -34,8 +37,21 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Time one reconciler pass took (in the process that ran it).",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}),
+		offered: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "webhookd_reconciler_offered_total",
+			Help: "Due deliveries the reconciler offered to the queue (most were still queued; a rise after a Redis loss is the rebuild).",
+		}),
+		held: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "webhookd_deliveries_held_back_total",
+			Help: "Deliveries held back without an attempt, by reason: the endpoint at its in-flight cap, or over its rate limit.",
+		}, []string{"reason"}),
+		groups: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "webhookd_group_commit_size",
+			Help:    "Claims or records written together in one statement and commit.",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},
+		}, []string{"kind"}),
 	}
-	for _, c := range []prometheus.Collector{m.attempts, m.duration, m.reconcile} {
+	for _, c := range []prometheus.Collector{m.attempts, m.duration, m.reconcile, m.offered, m.held, m.groups} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

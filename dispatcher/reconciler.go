@@ -40,8 +40,10 @@ type Reconciler struct {
 	Grace time.Duration
 	// MaxPerPass: default DefaultReconcileMaxPerPass.
 	MaxPerPass int
-	// Observe, if set, is told how long each pass that ran took.
+	// Observe, if set, is told how long each pass that ran took; Offered,
+	// how many deliveries it offered.
 	Observe func(time.Duration)
+	Offered func(float64)
 
 	cursor storage.DueCursor
 	loop
@@ -57,6 +59,9 @@ func (r *Reconciler) Start(ctx context.Context) {
 			r.Logger.Warn("reconciler pass failed", "err", err)
 		case ran && r.Observe != nil:
 			r.Observe(time.Since(start))
+		}
+		if r.Offered != nil {
+			r.Offered(float64(n))
 		}
 		if n > 0 {
 			r.Logger.Debug("reconciler pass", "due", n)

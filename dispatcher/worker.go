@@ -169,10 +169,10 @@ func NewWorker(cfg Config) (*Worker, error) {
 	d := &Deliverer{db: cfg.DB, client: NewHTTPClient(cfg.HTTP), schedule: cfg.Schedule, clock: cfg.Clock,
 		log: cfg.Logger, limiter: redis_rate.NewLimiter(cfg.Redis), prefix: cfg.RateLimitPrefix, metrics: m,
 		bodyTimeout: cfg.HTTP.ResponseTimeout, attemptTimeout: cfg.AttemptTimeout(), lease: cfg.Lease(),
-		gate: g, holder: newHolder(cfg.Redis, q, g, cfg.Clock, cfg.Logger)}
+		gate: g, holder: newHolder(cfg.Redis, q, g, cfg.Clock, cfg.Logger, m.held)}
 	w := &Worker{cfg: cfg, Deliverer: d, Queue: q, holder: d.holder,
 		reconciler: &Reconciler{DB: cfg.DB, Queue: q, Interval: cfg.ReconcileInterval, Grace: cfg.ReconcileGrace,
-			Clock: cfg.Clock, Logger: cfg.Logger, Observe: m.observeReconcile},
+			Clock: cfg.Clock, Logger: cfg.Logger, Observe: m.observeReconcile, Offered: m.offered.Add},
 		retention: &Retention{DB: cfg.DB, Keep: cfg.Retention, Interval: cfg.RetentionInterval, Clock: cfg.Clock,
 			Logger: cfg.Logger}}
 	w.server = asynq.NewServerFromRedisClient(cfg.Redis, asynq.Config{
@@ -192,11 +192,16 @@ func NewWorker(cfg Config) (*Worker, error) {
 // Start begins processing and reconciling.
 func (w *Worker) Start(ctx context.Context) error {
 	d := w.Deliverer
+	claimSize, recordSize := d.metrics.groups.WithLabelValues("claim"), d.metrics.groups.WithLabelValues("record")
 	d.claims = newBatcher(256, 1, 2*time.Millisecond, 30*time.Second, func(ctx context.Context, cs []storage.Claim) ([]storage.Lease, error) {
+		claimSize.Observe(float64(len(cs)))
 		now := d.clock.Now()
 		return d.db.ClaimDeliveries(ctx, now, now.Add(d.lease), cs)
 	})
-	d.records = newBatcher(256, 1, 2*time.Millisecond, 30*time.Second, d.db.RecordAttempts)
+	d.records = newBatcher(256, 1, 2*time.Millisecond, 30*time.Second, func(ctx context.Context, rs []storage.Record) ([]bool, error) {
+		recordSize.Observe(float64(len(rs)))
+		return d.db.RecordAttempts(ctx, rs)
+	})
 	mux := asynq.NewServeMux()
 	mux.HandleFunc(TaskDelivery, w.handleDelivery)
 	mux.HandleFunc(TaskJob, w.handleJob)
