@@ -146,6 +146,21 @@ type Store struct {
 	// already decides on commit or rollback (WithIdempotency): multi-row
 	// work then runs in it directly, without a savepoint of its own.
 	tx pgx.Tx
+	// later, when set, collects writes whose results nobody reads; the
+	// transaction's owner sends them with its own last statement, in one
+	// round trip (WithIdempotency, with the stored response).
+	later *pgx.Batch
+}
+
+// execLater runs a write whose result nobody reads: queued for the
+// transaction's last round trip when the Store has one, else at once.
+func (s *Store) execLater(ctx context.Context, tx pgx.Tx, sql string, args ...any) error {
+	if s.later != nil {
+		s.later.Queue(sql, args...)
+		return nil
+	}
+	_, err := tx.Exec(ctx, sql, args...)
+	return err
 }
 
 // Store returns a Store working directly on the pool.

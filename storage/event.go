@@ -29,25 +29,31 @@ type NewEvent struct {
 // with external_id_taken carrying the existing event's id; an unknown id in
 // EndpointIDs with validation_failed naming it (field prefixed by
 // fieldPrefix(i), e.g. "events[3]."). The deliveries are due at now.
+//
+// Inside WithIdempotency the deliveries' insert travels with the stored
+// response, so they can be read back only once that transaction commits.
 func (s *Store) CreateEvents(ctx context.Context, projectID string, evs []NewEvent, now time.Time, fieldPrefix func(int) string) ([]webhookd.Event, error) {
 	var out []webhookd.Event
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		targets, err := matchEndpoints(ctx, tx, projectID, evs, fieldPrefix)
+		// The events are inserted in the same round trip as the endpoints
+		// are read: the delivery ids are made here, so their insert follows.
+		evIDs := make([]string, len(evs))
+		for i := range evs {
+			evIDs[i] = newID(prefixEvent)
+		}
+		targets, inserted, err := matchAndInsert(ctx, tx, projectID, evs, evIDs, now, fieldPrefix)
 		if err != nil {
 			return err
 		}
 		out = make([]webhookd.Event, len(evs))
 		var (
-			ids, types, datas []string
-			extIDs            []*string
 			dIDs, dEvents     []string
 			dEndpoints, dType []string
 			dTrigger          []string
 		)
 		for i, ev := range evs {
-			e := webhookd.Event{ID: newID(prefixEvent), ProjectID: projectID, Type: ev.Type, Data: ev.Data,
+			e := webhookd.Event{ID: evIDs[i], ProjectID: projectID, Type: ev.Type, Data: ev.Data,
 				ExternalID: ev.ExternalID, CreatedAt: now, Deliveries: []webhookd.DeliveryRef{}}
-			ids, types, datas, extIDs = append(ids, e.ID), append(types, e.Type), append(datas, string(e.Data)), append(extIDs, e.ExternalID)
 			for _, ep := range targets[i] {
 				d := webhookd.DeliveryRef{ID: newID(prefixDelivery), EndpointID: ep, Status: webhookd.DeliveryPending}
 				e.Deliveries = append(e.Deliveries, d)
@@ -56,31 +62,17 @@ func (s *Store) CreateEvents(ctx context.Context, projectID string, evs []NewEve
 			}
 			out[i] = e
 		}
-		rows, err := tx.Query(ctx, `
-			INSERT INTO events (id, project_id, type, data, external_id, created_at)
-			SELECT id, $1, type, data::json, ext, $6
-			FROM unnest($2::text[], $3::text[], $4::text[], $5::text[]) AS t(id, type, data, ext)
-			ON CONFLICT (project_id, external_id) DO NOTHING
-			RETURNING id`, projectID, ids, types, datas, extIDs, now)
-		if err != nil {
-			return err
-		}
-		inserted, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return err
-		}
-		if len(inserted) != len(ids) {
-			return externalIDTaken(ctx, tx, projectID, evs, inserted, ids)
+		if len(inserted) != len(evIDs) {
+			return externalIDTaken(ctx, tx, projectID, evs, inserted, evIDs)
 		}
 		if len(dIDs) == 0 {
 			return nil
 		}
-		_, err = tx.Exec(ctx, `
+		return s.execLater(ctx, tx, `
 			INSERT INTO deliveries (id, project_id, event_id, endpoint_id, event_type, trigger, status, next_attempt_at, created_at, updated_at)
 			SELECT id, $1, ev, ep, typ, trig, 'pending', $6, $6, $6
 			FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $7::text[]) AS t(id, ev, ep, typ, trig)`,
 			projectID, dIDs, dEvents, dEndpoints, dType, now, dTrigger)
-		return err
 	})
 	if err != nil {
 		return nil, translate(err, "create events")
@@ -88,32 +80,50 @@ func (s *Store) CreateEvents(ctx context.Context, projectID string, evs []NewEve
 	return out, nil
 }
 
-// matchEndpoints returns, per event, the ids of the endpoints it goes to:
-// the listed endpoint_ids that are active, else every active endpoint
-// subscribed to its type.
-func matchEndpoints(ctx context.Context, tx pgx.Tx, projectID string, evs []NewEvent, fieldPrefix func(int) string) ([][]string, error) {
+// matchAndInsert inserts the events with the ids given (but those whose
+// external_id is taken) and returns, per event, the ids of the endpoints it
+// goes to (the listed endpoint_ids that are active, else every active
+// endpoint subscribed to its type) and the ids inserted. Both statements
+// travel in one round trip.
+func matchAndInsert(ctx context.Context, tx pgx.Tx, projectID string, evs []NewEvent, ids []string, now time.Time,
+	fieldPrefix func(int) string) ([][]string, []string, error) {
 	var listed []string
-	for _, ev := range evs {
+	types, datas, extIDs := make([]string, len(evs)), make([]string, len(evs)), make([]*string, len(evs))
+	for i, ev := range evs {
 		listed = append(listed, ev.EndpointIDs...)
+		types[i], datas[i], extIDs[i] = ev.Type, string(ev.Data), ev.ExternalID
 	}
 	type ep struct {
 		id     string
 		types  []string
 		active bool
 	}
-	rows, err := tx.Query(ctx, `SELECT id, event_types, status = 'active' FROM endpoints
+	b := &pgx.Batch{}
+	var eps []ep
+	b.Queue(`SELECT id, event_types, status = 'active' FROM endpoints
 		WHERE project_id = $1 AND deleted_at IS NULL AND (status = 'active' OR id = ANY($2))
-		ORDER BY id`, projectID, listed)
-	if err != nil {
-		return nil, err
-	}
-	eps, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ep, error) {
-		var e ep
-		err := r.Scan(&e.id, &e.types, &e.active)
-		return e, err
+		ORDER BY id`, projectID, listed).Query(func(rows pgx.Rows) error {
+		var err error
+		eps, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (ep, error) {
+			var e ep
+			err := r.Scan(&e.id, &e.types, &e.active)
+			return e, err
+		})
+		return err
 	})
-	if err != nil {
-		return nil, err
+	var inserted []string
+	b.Queue(`
+		INSERT INTO events (id, project_id, type, data, external_id, created_at)
+		SELECT id, $1, type, data::json, ext, $6
+		FROM unnest($2::text[], $3::text[], $4::text[], $5::text[]) AS t(id, type, data, ext)
+		ON CONFLICT (project_id, external_id) DO NOTHING
+		RETURNING id`, projectID, ids, types, datas, extIDs, now).Query(func(rows pgx.Rows) error {
+		var err error
+		inserted, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	})
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return nil, nil, err
 	}
 	byID := make(map[string]ep, len(eps))
 	for _, e := range eps {
@@ -125,7 +135,7 @@ func matchEndpoints(ctx context.Context, tx pgx.Tx, projectID string, evs []NewE
 			for j, id := range ev.EndpointIDs {
 				e, ok := byID[id]
 				if !ok {
-					return nil, webhookd.Invalid(fmt.Sprintf("%sendpoint_ids[%d]", fieldPrefix(i), j), "no such endpoint %q", id)
+					return nil, nil, webhookd.Invalid(fmt.Sprintf("%sendpoint_ids[%d]", fieldPrefix(i), j), "no such endpoint %q", id)
 				}
 				if e.active && !slices.Contains(out[i], id) {
 					out[i] = append(out[i], id)
@@ -139,7 +149,7 @@ func matchEndpoints(ctx context.Context, tx pgx.Tx, projectID string, evs []NewE
 			}
 		}
 	}
-	return out, nil
+	return out, inserted, nil
 }
 
 // externalIDTaken builds the external_id_taken error for the first event

@@ -65,8 +65,11 @@ func (db *DB) tryIdempotent(ctx context.Context, k IdempotencyKey, now time.Time
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
 
-	// Claim the key, waiting at most wait for a concurrent holder: one round
-	// trip for the lock timeout and the insert.
+	// Claim the key, waiting at most wait for a concurrent holder, and set
+	// the savepoint the work runs after (a 4xx can undo the work and keep
+	// the record; no lock timeout applies to the work): one round trip.
+	// When the key is not ours, the savepoint is made for nothing and
+	// rolled back with the rest.
 	var mine bool
 	batch := &pgx.Batch{}
 	batch.Queue(fmt.Sprintf("SET LOCAL lock_timeout = %d", max(wait.Milliseconds(), 1)))
@@ -78,10 +81,18 @@ func (db *DB) tryIdempotent(ctx context.Context, k IdempotencyKey, now time.Time
 			created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
 		WHERE idempotency_records.expires_at <= EXCLUDED.created_at
 		RETURNING true`, k.ProjectID, k.Key, k.Fingerprint[:], now, now.Add(k.TTL))
+	batch.Queue("SET LOCAL lock_timeout = 0")
+	batch.Queue("SAVEPOINT work")
 	br := tx.SendBatch(ctx, batch)
 	_, err = br.Exec()
 	if err == nil {
 		err = br.QueryRow().Scan(&mine)
+	}
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if err == nil {
+		_, err = br.Exec()
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -96,22 +107,20 @@ func (db *DB) tryIdempotent(ctx context.Context, k IdempotencyKey, now time.Time
 	case err != nil:
 		return StoredResponse{}, false, fmt.Errorf("claim idempotency key: %w", err)
 	}
-	// The work runs after a savepoint, so a 4xx can undo it and keep the
-	// record; no lock timeout applies to it.
-	if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = 0; SAVEPOINT work"); err != nil {
-		return StoredResponse{}, false, fmt.Errorf("savepoint: %w", err)
-	}
-	resp, err := fn(&Store{q: tx, tx: tx})
+	// Writes of the work whose results nobody reads travel with the stored
+	// response, in one round trip before the commit.
+	later := &pgx.Batch{}
+	resp, err := fn(&Store{q: tx, tx: tx, later: later})
 	if err != nil || !resp.remembered() {
 		return resp, false, err
 	}
 	if resp.StatusCode >= 400 {
-		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT work"); err != nil {
-			return StoredResponse{}, false, fmt.Errorf("roll back the work: %w", err)
-		}
+		later = &pgx.Batch{} // the work is undone: its queued writes with it
+		later.Queue("ROLLBACK TO SAVEPOINT work")
 	}
-	if _, err := tx.Exec(ctx, `UPDATE idempotency_records SET status_code = $3, content_type = $4, response_body = $5
-		WHERE project_id = $1 AND key = $2`, k.ProjectID, k.Key, resp.StatusCode, resp.ContentType, resp.Body); err != nil {
+	later.Queue(`UPDATE idempotency_records SET status_code = $3, content_type = $4, response_body = $5
+		WHERE project_id = $1 AND key = $2`, k.ProjectID, k.Key, resp.StatusCode, resp.ContentType, resp.Body)
+	if err := tx.SendBatch(ctx, later).Close(); err != nil {
 		return StoredResponse{}, false, fmt.Errorf("store idempotent response: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
