@@ -1,0 +1,277 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/webhookd/webhookd/client"
+	"github.com/webhookd/webhookd/storage"
+)
+
+// newClient is a client of s through its proxy.
+func newClient(t *testing.T, s *stack, opts ...client.Option) *client.Client {
+	t.Helper()
+	c, err := client.New(s.proxy.srv.URL, s.key, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// fast retries quickly when no Retry-After says otherwise.
+var fast = client.WithRetryPolicy(client.RetryPolicy{BaseDelay: 10 * time.Millisecond, MaxDelay: 50 * time.Millisecond})
+
+func event(typ string) client.NewEvent {
+	return client.NewEvent{Type: typ, Data: map[string]any{"amount": 42}}
+}
+
+func TestRetryAfterDroppedResponseCreatesOneEvent(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, storage.ProjectPlan{})
+	s.proxy.setRule(func(n int, r *http.Request) fault { return fault{drop: n == 1} })
+	c := newClient(t, s, fast)
+
+	ev, err := c.SendEvent(context.Background(), event("invoice.paid"))
+	if err != nil {
+		t.Fatalf("SendEvent: %v", err)
+	}
+	if n := s.count(t, "events"); n != 1 {
+		t.Fatalf("%d events in the database after a dropped response and a retry, want 1", n)
+	}
+	got, err := c.Event(context.Background(), ev.ID)
+	if err != nil || got.ID != ev.ID {
+		t.Fatalf("Event(%s) = %+v, %v", ev.ID, got, err)
+	}
+	reqs := s.proxy.requests()
+	if len(reqs) < 2 || reqs[0].path != "/v1/events" || reqs[1].path != "/v1/events" {
+		t.Fatalf("requests %+v, want the POST twice", reqs)
+	}
+	if reqs[0].idempotencyKey == "" || reqs[1].idempotencyKey != reqs[0].idempotencyKey {
+		t.Fatalf("Idempotency-Key %q then %q, want the same key on the retry", reqs[0].idempotencyKey, reqs[1].idempotencyKey)
+	}
+	if !reqs[1].replayed {
+		t.Fatalf("the retry was not answered from the idempotency record: %+v", reqs[1])
+	}
+}
+
+func TestKeyIsFreshPerOperationAndCallerKeyIsUsed(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, storage.ProjectPlan{})
+	c := newClient(t, s, fast)
+	ctx := context.Background()
+	a, err := c.SendEvent(ctx, event("a.b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.SendEvent(ctx, event("a.b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.ID == b.ID {
+		t.Fatalf("two operations with the same body made one event %s", a.ID)
+	}
+	mine, err := c.SendEvent(ctx, event("a.b"), client.WithIdempotencyKey("order-7-paid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := c.SendEvent(ctx, event("a.b"), client.WithIdempotencyKey("order-7-paid"))
+	if err != nil || again.ID != mine.ID {
+		t.Fatalf("the same caller key twice: %v, %v; want the first event %s", again, err, mine.ID)
+	}
+	reqs := s.proxy.requests()
+	if len(reqs) != 4 {
+		t.Fatalf("%d requests, want 4", len(reqs))
+	}
+	if reqs[0].idempotencyKey == reqs[1].idempotencyKey || len(reqs[0].idempotencyKey) != 36 {
+		t.Fatalf("keys %q and %q: want two different UUIDs", reqs[0].idempotencyKey, reqs[1].idempotencyKey)
+	}
+	if reqs[2].idempotencyKey != "order-7-paid" || !reqs[3].replayed {
+		t.Fatalf("caller key requests %+v %+v", reqs[2], reqs[3])
+	}
+	_, err = c.SendEvent(ctx, event("other.type"), client.WithIdempotencyKey("order-7-paid"))
+	if !errors.Is(err, client.ErrIdempotencyKeyMismatch) {
+		t.Fatalf("a reused key with another body: %v, want ErrIdempotencyKeyMismatch", err)
+	}
+}
+
+func TestRetryAfterIsObeyed(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, storage.ProjectPlan{})
+	s.proxy.setRule(func(n int, r *http.Request) fault {
+		switch n {
+		case 1:
+			return fault{status: http.StatusServiceUnavailable, retryAfter: "1"}
+		case 2:
+			return fault{status: http.StatusTooManyRequests, retryAfter: "1"}
+		}
+		return fault{}
+	})
+	c := newClient(t, s, fast)
+	if _, err := c.SendEvent(context.Background(), event("x.y")); err != nil {
+		t.Fatal(err)
+	}
+	reqs := s.proxy.requests()
+	if len(reqs) != 3 {
+		t.Fatalf("%d requests, want 3 (503, 429, then the API)", len(reqs))
+	}
+	for i := 1; i < 3; i++ {
+		if gap := reqs[i].at.Sub(reqs[i-1].at); gap < time.Second {
+			t.Errorf("try %d came %v after a Retry-After: 1, want at least 1s", i+1, gap)
+		}
+	}
+	if reqs[2].status != http.StatusAccepted || s.count(t, "events") != 1 {
+		t.Fatalf("last try %+v, %d events", reqs[2], s.count(t, "events"))
+	}
+}
+
+func TestServerErrorsAreRetriedThenGivenUpWithTheLastAnswer(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, storage.ProjectPlan{})
+	s.proxy.setRule(func(n int, r *http.Request) fault {
+		return fault{status: []int{500, 502, 504, 503}[(n-1)%4], retryAfter: "0"}
+	})
+	c := newClient(t, s, client.WithRetryPolicy(client.RetryPolicy{MaxAttempts: 4, BaseDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond}))
+	_, err := c.SendEvent(context.Background(), event("x.y"))
+	var e *client.Error
+	if !errors.As(err, &e) {
+		t.Fatalf("err %v, want an *Error", err)
+	}
+	if e.StatusCode != 503 || e.Attempts != 4 || e.RequestID != "req_proxy4" || e.Header.Get("Retry-After") != "0" {
+		t.Fatalf("error %+v, want the last answer (503, 4 tries, req_proxy4)", e)
+	}
+	if n := len(s.proxy.requests()); n != 4 {
+		t.Fatalf("%d requests, want MaxAttempts = 4", n)
+	}
+}
+
+func TestClientErrorsAreNotRetried(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, storage.ProjectPlan{})
+	c := newClient(t, s, fast)
+	ctx := context.Background()
+
+	_, err := c.SendEvent(ctx, client.NewEvent{Type: "bad type!", Data: 1})
+	var e *client.Error
+	if !errors.As(err, &e) || !errors.Is(err, client.ErrValidationFailed) {
+		t.Fatalf("err %v, want validation_failed", err)
+	}
+	if e.StatusCode != 400 || e.Field != "type" || !strings.HasPrefix(e.RequestID, "req_") || e.Attempts != 1 {
+		t.Fatalf("error %+v", e)
+	}
+	if _, err := c.Event(ctx, "evt_nope"); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("Event(evt_nope): %v, want ErrNotFound", err)
+	}
+	x := "order-1"
+	first, err := c.SendEvent(ctx, client.NewEvent{Type: "a", Data: 1, ExternalID: x})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.SendEvent(ctx, client.NewEvent{Type: "a", Data: 1, ExternalID: x})
+	if !errors.As(err, &e) || !errors.Is(err, client.ErrExternalIDTaken) || e.ExistingID != first.ID {
+		t.Fatalf("err %v, want external_id_taken naming %s", err, first.ID)
+	}
+	bad, err := client.New(s.proxy.srv.URL, "wrong-key", fast)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bad.SendEvent(ctx, event("a")); !errors.Is(err, client.ErrUnauthorized) {
+		t.Fatalf("wrong key: %v, want ErrUnauthorized", err)
+	}
+	if n := len(s.proxy.requests()); n != 5 {
+		t.Fatalf("%d requests for 5 calls that each got a 4xx, want 5 (no retries)", n)
+	}
+}
+
+func TestCancelledContextStopsRetriesAtOnce(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, storage.ProjectPlan{})
+	s.proxy.setRule(func(n int, r *http.Request) fault {
+		return fault{status: http.StatusServiceUnavailable, retryAfter: "30"}
+	})
+	c := newClient(t, s)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		for len(s.proxy.requests()) == 0 {
+			time.Sleep(5 * time.Millisecond) // poll for the first try
+		}
+		cancel()
+	}()
+	start := time.Now()
+	_, err := c.SendEvent(ctx, event("x.y"))
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("the call returned %v after its context was cancelled, want at once", took)
+	}
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v, want context.Canceled", err)
+	}
+	var e *client.Error
+	if !errors.As(err, &e) || e.StatusCode != 503 {
+		t.Fatalf("err %v does not carry the last answer (503)", err)
+	}
+	if n := len(s.proxy.requests()); n != 1 {
+		t.Fatalf("%d requests, want 1", n)
+	}
+}
+
+func TestDeadlineTooShortForRetryAfterGivesUpAtOnce(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, storage.ProjectPlan{})
+	s.proxy.setRule(func(n int, r *http.Request) fault {
+		return fault{status: http.StatusTooManyRequests, retryAfter: "20"}
+	})
+	c := newClient(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err := c.SendEvent(ctx, event("x.y"))
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("waited %v for a Retry-After past the deadline", took)
+	}
+	if !errors.Is(err, client.ErrRateLimited) && !strings.Contains(err.Error(), "429") {
+		t.Fatalf("err %v, want the 429", err)
+	}
+}
+
+// TestPacingStaysUnderTheLimit runs three times a small per-minute limit
+// through one client from three goroutines: the client's pacing must keep
+// every request under the limit, so the API never answers 429. With GCRA
+// refilling 10 requests a minute this takes about two minutes.
+func TestPacingStaysUnderTheLimit(t *testing.T) {
+	t.Parallel()
+	const limit = 10
+	s := newStack(t, storage.ProjectPlan{RateLimitPerMinute: limit})
+	c := newClient(t, s, client.WithRetryPolicy(client.RetryPolicy{MaxAttempts: 1}))
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 3*limit)
+	for g := 0; g < 3; g++ {
+		wg.Go(func() {
+			for i := 0; i < limit; i++ {
+				if _, err := c.SendEvent(ctx, event("paced")); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("SendEvent: %v", err)
+	}
+	var n429 int
+	for _, r := range s.proxy.requests() {
+		if r.status == http.StatusTooManyRequests {
+			n429++
+		}
+	}
+	if n429 > 0 || s.count(t, "events") != 3*limit {
+		t.Fatalf("%d answers were 429; %d events, want %d", n429, s.count(t, "events"), 3*limit)
+	}
+}
