@@ -1,6 +1,7 @@
 // Command webhookd is the durable webhook delivery service: one binary that
 // runs the API (serve), the delivery worker (worker), both with the
-// dashboard (all), migrations (migrate), and API key creation (keys create).
+// dashboard (all), migrations (migrate), API key creation (keys create), and
+// sending one event through the Go client (send).
 package main
 
 import (
@@ -31,6 +32,9 @@ Usage:
   webhookd migrate   apply database migrations (safe to rerun)
   webhookd keys create --project NAME [--rate-limit N] [--idempotency-ttl 24h]
                      create an API key (and the project if new); prints the key alone
+  webhookd send --type T --data JSON|@file.json [--external-id X] [--endpoint ID]...
+                     post one event through the API (WEBHOOKD_API_URL, WEBHOOKD_API_KEY);
+                     prints the event id alone
 
 Run "webhookd <command> -h" for the flags of a command; every flag also has a
 WEBHOOKD_* environment variable (see README.md).
@@ -40,6 +44,9 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		if errors.Is(err, errSendFailed) { // it said why on stderr
+			os.Exit(1)
+		}
 		if !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(os.Stderr, "webhookd:", err)
 			var pe *pgconn.PgError
@@ -58,6 +65,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return errors.New("no command given")
 	}
 	cmd, args := args[0], args[1:]
+	if cmd == "send" {
+		return runSend(ctx, args, getenv, stdout, stderr)
+	}
 	if cmd == "keys" {
 		if len(args) == 0 || args[0] != "create" {
 			return errors.New(`usage: webhookd keys create --project NAME [--rate-limit N] [--idempotency-ttl D]`)
@@ -116,7 +126,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return m.Shutdown(shutdown)
 	default:
 		fmt.Fprint(stderr, usage)
-		return fmt.Errorf("unknown command %q (want one of %s)", cmd, strings.Join([]string{"all", "serve", "worker", "migrate", "keys create"}, ", "))
+		return fmt.Errorf("unknown command %q (want one of %s)", cmd, strings.Join([]string{"all", "serve", "worker", "migrate", "keys create", "send"}, ", "))
 	}
 }
 
