@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/webhookd/webhookd"
 )
@@ -59,19 +60,22 @@ var errRecordVanished = errors.New("idempotency record vanished between conflict
 
 func (db *DB) tryIdempotent(ctx context.Context, k IdempotencyKey, now time.Time, wait time.Duration,
 	fn func(s *Store) (StoredResponse, error)) (StoredResponse, bool, error) {
-	tx, err := db.pool.Begin(ctx)
+	conn, err := db.pool.Acquire(ctx)
 	if err != nil {
 		return StoredResponse{}, false, fmt.Errorf("begin: %w", err)
 	}
+	defer conn.Release() // pgxpool drops a connection left in a transaction
+	tx := &connTx{c: conn}
 	defer tx.Rollback(context.WithoutCancel(ctx))
 
-	// Claim the key, waiting at most wait for a concurrent holder, and set
-	// the savepoint the work runs after (a 4xx can undo the work and keep
-	// the record; no lock timeout applies to the work): one round trip.
-	// When the key is not ours, the savepoint is made for nothing and
+	// Begin, claim the key, waiting at most wait for a concurrent holder,
+	// and set the savepoint the work runs after (a 4xx can undo the work
+	// and keep the record; no lock timeout applies to the work): one round
+	// trip. When the key is not ours, the savepoint is made for nothing and
 	// rolled back with the rest.
 	var mine bool
 	batch := &pgx.Batch{}
+	batch.Queue("BEGIN")
 	batch.Queue(fmt.Sprintf("SET LOCAL lock_timeout = %d", max(wait.Milliseconds(), 1)))
 	batch.Queue(`
 		INSERT INTO idempotency_records (project_id, key, fingerprint, created_at, expires_at)
@@ -85,6 +89,9 @@ func (db *DB) tryIdempotent(ctx context.Context, k IdempotencyKey, now time.Time
 	batch.Queue("SAVEPOINT work")
 	br := tx.SendBatch(ctx, batch)
 	_, err = br.Exec()
+	if err == nil {
+		_, err = br.Exec()
+	}
 	if err == nil {
 		err = br.QueryRow().Scan(&mine)
 	}
@@ -108,7 +115,7 @@ func (db *DB) tryIdempotent(ctx context.Context, k IdempotencyKey, now time.Time
 		return StoredResponse{}, false, fmt.Errorf("claim idempotency key: %w", err)
 	}
 	// Writes of the work whose results nobody reads travel with the stored
-	// response, in one round trip before the commit.
+	// response and the commit, in one round trip.
 	later := &pgx.Batch{}
 	resp, err := fn(&Store{q: tx, tx: tx, later: later})
 	if err != nil || !resp.remembered() {
@@ -120,12 +127,16 @@ func (db *DB) tryIdempotent(ctx context.Context, k IdempotencyKey, now time.Time
 	}
 	later.Queue(`UPDATE idempotency_records SET status_code = $3, content_type = $4, response_body = $5
 		WHERE project_id = $1 AND key = $2`, k.ProjectID, k.Key, resp.StatusCode, resp.ContentType, resp.Body)
+	commit := later.Queue("COMMIT")
+	var tag pgconn.CommandTag
+	commit.Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
 	if err := tx.SendBatch(ctx, later).Close(); err != nil {
 		return StoredResponse{}, false, fmt.Errorf("store idempotent response: %w", err)
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return StoredResponse{}, false, fmt.Errorf("commit: %w", err)
+	if tag.String() != "COMMIT" {
+		return StoredResponse{}, false, fmt.Errorf("commit: %w", pgx.ErrTxCommitRollback)
 	}
+	tx.committed()
 	return resp, false, nil
 }
 

@@ -1,0 +1,64 @@
+package storage_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/webhookd/webhookd/internal/testenv"
+	"github.com/webhookd/webhookd/storage"
+)
+
+// TestIdempotencyLeavesNoTransactionOpen: whatever the outcome (committed,
+// a remembered 4xx, a forgotten 5xx, an error, a replay, a mismatch), the
+// transaction WithIdempotency begins by hand is ended and its connection
+// is not left idle in it.
+func TestIdempotencyLeavesNoTransactionOpen(t *testing.T) {
+	t.Parallel()
+	db := testenv.DB(t)
+	ctx := context.Background()
+	_, p, err := db.Store().CreateAPIKey(ctx, "p", storage.ProjectPlan{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	key := func(name string, body byte) storage.IdempotencyKey {
+		return storage.IdempotencyKey{ProjectID: p.ID, Key: name, TTL: time.Hour, Fingerprint: [32]byte{body}}
+	}
+	answer := func(status int, err error) func(*storage.Store) (storage.StoredResponse, error) {
+		return func(*storage.Store) (storage.StoredResponse, error) {
+			return storage.StoredResponse{StatusCode: status, ContentType: "application/json", Body: []byte("{}")}, err
+		}
+	}
+	boom := errors.New("boom")
+	for _, c := range []struct {
+		key     storage.IdempotencyKey
+		fn      func(*storage.Store) (storage.StoredResponse, error)
+		wantErr bool
+	}{
+		{key("ok", 1), answer(202, nil), false},
+		{key("ok", 1), answer(202, nil), false}, // a replay
+		{key("ok", 2), answer(202, nil), true},  // a mismatch
+		{key("bad", 1), answer(400, nil), false},
+		{key("down", 1), answer(503, nil), false},
+		{key("err", 1), answer(0, boom), true},
+	} {
+		if _, _, err := db.WithIdempotency(ctx, c.key, now, time.Second, c.fn); (err != nil) != c.wantErr {
+			t.Fatalf("%s: err %v", c.key.Key, err)
+		}
+	}
+	var open int
+	if err := db.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+		WHERE application_name = current_setting('application_name') AND state LIKE 'idle in transaction%'`).Scan(&open); err != nil {
+		t.Fatal(err)
+	}
+	if open != 0 {
+		t.Fatalf("%d connections left idle in a transaction", open)
+	}
+	var stored int
+	db.Pool().QueryRow(ctx, `SELECT count(*) FROM idempotency_records WHERE status_code IS NOT NULL`).Scan(&stored)
+	if stored != 2 { // ok (202) and bad (400); 503 and the error are forgotten
+		t.Fatalf("%d records stored, want 2", stored)
+	}
+}
