@@ -50,7 +50,9 @@ func (t *connTx) CopyFrom(ctx context.Context, table pgx.Identifier, cols []stri
 	return t.c.CopyFrom(ctx, table, cols, src)
 }
 
-func (t *connTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults { return t.c.SendBatch(ctx, b) }
+func (t *connTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	return t.c.SendBatch(ctx, b)
+}
 
 func (t *connTx) LargeObjects() pgx.LargeObjects { return pgx.LargeObjects{} }
 
