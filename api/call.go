@@ -35,6 +35,7 @@ type handlerFunc func(c *call) (int, any, error)
 // handle registers pattern with request ids, auth and the rate limit in
 // front of h.
 func (s *Server) handle(pattern string, h func(http.ResponseWriter, *http.Request, *call)) {
+	s.patterns = append(s.patterns, pattern)
 	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		c := &call{r: r, ctx: r.Context(), requestID: storage.NewRequestID(), header: http.Header{}}
 		w.Header().Set("X-Request-Id", c.requestID)

@@ -100,6 +100,9 @@ type Server struct {
 	clock   webhookd.Clock
 	limiter *rateLimiter
 	mux     *http.ServeMux
+	// patterns are the routes registered, in order (for the test that
+	// holds them and the OpenAPI document together).
+	patterns []string
 }
 
 // New builds a Server from cfg (after WithDefaults).
@@ -143,6 +146,7 @@ func (s *Server) routes() {
 	s.handle("GET /v1/dead-letters", s.plain(s.listDeadLetters))
 	s.handle("POST /v1/dead-letters/replay", s.idempotent(p, s.replayDeadLetters))
 	s.handle("GET /v1/jobs/{id}", s.plain(s.getJob))
+	s.public("GET /v1/openapi.json", serveOpenAPI)
 	s.handle("/", s.plain(func(*call) (int, any, error) {
 		return 0, nil, &webhookd.Error{Code: webhookd.CodeNotFound, Message: "no such route"}
 	}))
