@@ -130,7 +130,7 @@ func TestDeliveriesListRowsFiltersAndPages(t *testing.T) {
 	}
 	first := trs.First()
 	for sel, want := range map[string]string{
-		`td[data-label="Delivery"] a`: "dlv_B", `td[data-label="Event"]`: "evt_B", `td[data-label="Type"]`: "a.b",
+		`td[data-label="Delivery"] a.delivery-id`: "dlv_B", `td[data-label="Delivery"] .event-id`: "evt_B", `td[data-label="Type"]`: "a.b",
 		`td[data-label="Status"] .badge-dead_letter`: "dead letter", `td[data-label="Attempts"]`: "1",
 		`td[data-label="Last HTTP"]`: "410",
 	} {
