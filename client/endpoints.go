@@ -40,7 +40,11 @@ func (c *Client) Endpoint(ctx context.Context, id string) (*Endpoint, error) {
 
 // UpdateEndpoint changes an endpoint (PATCH /v1/endpoints/{id}) and
 // returns it with its new Version. With IfMatch(version) it applies only to
-// that version, else fails with ErrVersionMismatch.
+// that version, else fails with ErrVersionMismatch. PATCH carries no
+// Idempotency-Key: it is retried because applying the same change twice
+// changes nothing more, but a conditional one retried after a lost answer
+// may report ErrVersionMismatch although its first try applied (read the
+// endpoint to tell).
 func (c *Client) UpdateEndpoint(ctx context.Context, id string, p EndpointPatch, opts ...CallOption) (*Endpoint, error) {
 	r := newRequest(http.MethodPatch, endpointPath(id), opts)
 	if err := r.setBody(p); err != nil {
