@@ -140,3 +140,129 @@ func (s *Store) DashboardProjects(ctx context.Context) ([]webhookd.Project, erro
 		return p, err
 	})
 }
+
+// DashboardDeadLetterFilter selects dead letters for the dashboard. Empty
+// fields do not filter; Since is required.
+type DashboardDeadLetterFilter struct {
+	ProjectID  string
+	EndpointID string
+	EventType  string
+	Reason     string
+	Since      time.Time // only dead letters made at or after it
+}
+
+// where returns the filter's WHERE clause and its arguments, naming only the
+// filters given.
+func (f DashboardDeadLetterFilter) where(cursor string) (string, []any) {
+	var where []string
+	var args []any
+	add := func(cond string, v any) {
+		args = append(args, v)
+		where = append(where, strings.ReplaceAll(cond, "?", "$"+strconv.Itoa(len(args))))
+	}
+	add("l.dead_lettered_at >= ?", f.Since)
+	for _, c := range []struct{ cond, v string }{
+		{"l.project_id = ?", f.ProjectID}, {"l.endpoint_id = ?", f.EndpointID}, {"l.event_type = ?", f.EventType},
+		{"l.reason = ?", f.Reason}, {"l.id < ?", cursor},
+	} {
+		if c.v != "" {
+			add(c.cond, c.v)
+		}
+	}
+	return strings.Join(where, " AND "), args
+}
+
+// DeadLetterRow is a dead letter as the dashboard lists it: with the name of
+// its project and the URL of its endpoint.
+type DeadLetterRow struct {
+	webhookd.DeadLetter
+	ProjectName string
+	EndpointURL string
+}
+
+// DashboardDeadLetters returns a page of dead letters of every project
+// matching f, replayed ones included, newest first, continuing after
+// page.Cursor, and whether more follow.
+func (s *Store) DashboardDeadLetters(ctx context.Context, f DashboardDeadLetterFilter, page Page) ([]DeadLetterRow, bool, error) {
+	where, args := f.where(page.Cursor)
+	args = append(args, page.Limit+1)
+	rows, err := s.q.Query(ctx, `SELECT l.id, l.project_id, l.delivery_id, l.event_id, l.endpoint_id, l.event_type,
+			l.reason, l.last_status_code, l.dead_lettered_at, l.replayed_at, l.replayed_by, pr.name, p.url
+		FROM dead_letters l JOIN endpoints p ON p.id = l.endpoint_id JOIN projects pr ON pr.id = l.project_id
+		WHERE `+where+` ORDER BY l.id DESC LIMIT $`+strconv.Itoa(len(args)), args...)
+	if err != nil {
+		return nil, false, fmt.Errorf("dashboard dead letters: %w", err)
+	}
+	list, err := collect(rows, func(r pgx.Row) (DeadLetterRow, error) {
+		var d DeadLetterRow
+		err := r.Scan(&d.ID, &d.ProjectID, &d.DeliveryID, &d.EventID, &d.EndpointID, &d.EventType, &d.Reason,
+			&d.LastStatusCode, &d.DeadLetteredAt, &d.ReplayedAt, &d.ReplayedBy, &d.ProjectName, &d.EndpointURL)
+		return d, err
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("dashboard dead letters: %w", err)
+	}
+	more := len(list) > page.Limit
+	if more {
+		list = list[:page.Limit]
+	}
+	return list, more, nil
+}
+
+// DeadLetterRef names a dead letter's delivery and project.
+type DeadLetterRef struct {
+	ID         string
+	ProjectID  string
+	DeliveryID string
+}
+
+// DashboardDeadLettersByID returns the dead letters of ids that exist and
+// are not replayed yet, in id order.
+func (s *Store) DashboardDeadLettersByID(ctx context.Context, ids []string) ([]DeadLetterRef, error) {
+	rows, err := s.q.Query(ctx, `SELECT id, project_id, delivery_id FROM dead_letters
+		WHERE id = ANY($1) AND replayed_at IS NULL ORDER BY id`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("dead letters by id: %w", err)
+	}
+	return collect(rows, func(r pgx.Row) (DeadLetterRef, error) {
+		var d DeadLetterRef
+		err := r.Scan(&d.ID, &d.ProjectID, &d.DeliveryID)
+		return d, err
+	})
+}
+
+// DeadLetterProjects returns the projects that have dead letters matching
+// f not yet replayed: a replay job belongs to one project, so replaying
+// everything matching across projects takes one job each.
+func (s *Store) DeadLetterProjects(ctx context.Context, f DashboardDeadLetterFilter) ([]string, error) {
+	where, args := f.where("")
+	rows, err := s.q.Query(ctx, `SELECT DISTINCT l.project_id FROM dead_letters l
+		WHERE `+where+` AND l.replayed_at IS NULL ORDER BY 1`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("dead letter projects: %w", err)
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// JobRow is a job as the dashboard shows it: with its project's name.
+type JobRow struct {
+	webhookd.Job
+	ProjectName string
+}
+
+// DashboardJobs returns the jobs of ids that exist, of any project, in id
+// order.
+func (s *Store) DashboardJobs(ctx context.Context, ids []string) ([]JobRow, error) {
+	rows, err := s.q.Query(ctx, `SELECT j.id, j.project_id, j.kind, j.status, j.total, j.done, j.failed_count,
+			j.created_at, j.finished_at, pr.name
+		FROM jobs j JOIN projects pr ON pr.id = j.project_id WHERE j.id = ANY($1) ORDER BY j.id`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("dashboard jobs: %w", err)
+	}
+	return collect(rows, func(r pgx.Row) (JobRow, error) {
+		var j JobRow
+		err := r.Scan(&j.ID, &j.ProjectID, &j.Kind, &j.Status, &j.Total, &j.Done, &j.FailedCount, &j.CreatedAt,
+			&j.FinishedAt, &j.ProjectName)
+		return j, err
+	})
+}
