@@ -1,10 +1,11 @@
 // Package dashboard serves webhookd's browser dashboard (SPEC §5): a login
 // with the admin token, the deliveries of the last 14 days across every
 // project with filters and cursor pages, one delivery with its payload and
-// attempt history, and a Redeliver button. Pages are server-rendered with
-// templ; every action is a plain HTML form POST, so no JavaScript is needed
-// (and the Content-Security-Policy allows none). Every POST is refused
-// cross-origin by http.CrossOriginProtection.
+// attempt history, a Redeliver button, and the dead letters, replayed by
+// selection or all matching (as background jobs whose progress it shows).
+// Pages are server-rendered with templ; every action is a plain HTML form
+// POST, so no JavaScript is needed (and the Content-Security-Policy allows
+// none). Every POST is refused cross-origin by http.CrossOriginProtection.
 //
 // The dashboard reads and acts through storage and the Enqueuer, the same
 // code as the public API; it has no SQL of its own.
@@ -117,6 +118,9 @@ func New(cfg Config) (*Server, error) {
 	mux.Handle("GET /{$}", s.authed(s.deliveriesPage))
 	mux.Handle("GET /deliveries/{id}", s.authed(s.deliveryPage))
 	mux.Handle("POST /deliveries/{id}/redeliver", s.authed(s.redeliver))
+	mux.Handle("GET /dead-letters", s.authed(s.deadLettersPage))
+	mux.Handle("POST /dead-letters/replay", s.authed(s.replayDeadLetters))
+	mux.Handle("GET /jobs", s.authed(s.jobs))
 	mux.Handle("/", s.authed(func(w http.ResponseWriter, r *http.Request) {
 		s.render(w, r, http.StatusNotFound, errorPage("Not found", "There is no page here."))
 	}))

@@ -27,10 +27,16 @@ const testToken = "test-admin-token-0123456789"
 type manualCalls struct {
 	mu    sync.Mutex
 	calls [][3]string // request id, delivery id, by
+	jobs  []string
 }
 
 func (m *manualCalls) Enqueue(context.Context, ...webhookd.ScheduledDelivery) error { return nil }
-func (m *manualCalls) EnqueueJob(context.Context, string) error                     { return nil }
+func (m *manualCalls) EnqueueJob(_ context.Context, id string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.jobs = append(m.jobs, id)
+	return nil
+}
 func (m *manualCalls) EnqueueManual(_ context.Context, requestID, deliveryID, by string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()

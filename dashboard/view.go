@@ -178,3 +178,60 @@ func prettyJSON(raw json.RawMessage) string {
 	}
 	return b.String()
 }
+
+// reasons are the dead-letter reasons the reason filter offers.
+var reasons = []string{webhookd.ReasonExhausted, webhookd.ReasonClientError, webhookd.ReasonRedirect,
+	webhookd.ReasonEndpointDisabled}
+
+// deadLetterFilter is the dead letters page's filter, in the URL query.
+type deadLetterFilter struct {
+	Reason    string // reason
+	Project   string // project
+	Endpoint  string // endpoint
+	EventType string // event_type
+}
+
+func deadLetterFilterOf(get func(string) string) deadLetterFilter {
+	g := func(k string) string { return strings.TrimSpace(get(k)) }
+	return deadLetterFilter{Reason: g("reason"), Project: g("project"), Endpoint: g("endpoint"), EventType: g("event_type")}
+}
+
+func (f deadLetterFilter) any() bool { return f != deadLetterFilter{} }
+
+// query returns the page's URL with the filter, extra parameters and the
+// cursor when set.
+func (f deadLetterFilter) query(cursor string, extra url.Values) string {
+	q := url.Values{}
+	for k, v := range extra {
+		q[k] = v
+	}
+	for k, v := range map[string]string{"reason": f.Reason, "project": f.Project, "endpoint": f.Endpoint,
+		"event_type": f.EventType, "cursor": cursor} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	if len(q) == 0 {
+		return "/dead-letters"
+	}
+	return "/dead-letters?" + q.Encode()
+}
+
+type deadLettersView struct {
+	Filter    deadLetterFilter
+	Projects  []webhookd.Project
+	Rows      []storage.DeadLetterRow
+	Window    string
+	Now       time.Time
+	Error     string
+	Flash     string
+	FlashKind string
+	FirstURL  string
+	NextURL   string
+}
+
+type jobsView struct {
+	Jobs    []storage.JobRow
+	Running bool // some job is still queued or running
+	Now     time.Time
+}
