@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,8 +26,9 @@ const dashboardToken = "browser-test-admin-token-0123456789"
 // of every request, by path, and answers each path its own way.
 type receiver struct {
 	*httptest.Server
-	mu   sync.Mutex
-	seen map[string][]string // path → X-Request-Id of each request
+	badHeals atomic.Bool // /bad answers 200 from now on
+	mu       sync.Mutex
+	seen     map[string][]string // path → X-Request-Id of each request
 }
 
 func newReceiver(t *testing.T) *receiver {
@@ -36,7 +38,7 @@ func newReceiver(t *testing.T) *receiver {
 		rc.mu.Lock()
 		rc.seen[r.URL.Path] = append(rc.seen[r.URL.Path], r.Header.Get("X-Request-Id"))
 		rc.mu.Unlock()
-		if r.URL.Path == "/bad" {
+		if r.URL.Path == "/bad" && !rc.badHeals.Load() {
 			http.Error(w, "no such customer", http.StatusBadRequest)
 			return
 		}
@@ -117,8 +119,9 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // headless Chromium: a wrong token is refused, the admin logs in, filters by
 // status, opens a delivery (its payload shown as text, its response body and
 // request id), redelivers it (the receiver gets a new attempt with a new
-// X-Request-Id), and a form posted from another origin is refused and
-// changes nothing.
+// X-Request-Id), a form posted from another origin is refused and changes
+// nothing, and the dead letters are replayed in bulk by a job whose
+// progress page refreshes itself until it has finished.
 func TestDashboardInBrowser(t *testing.T) {
 	t.Parallel()
 	m, key := startMain(t, Roles{API: true, Worker: true, Ops: true}, func(c *Config) {
@@ -210,7 +213,8 @@ func TestDashboardInBrowser(t *testing.T) {
 			t.Fatal(err)
 		}
 		screenshot(t, ctx, "deliveries-phone")
-		if err := chromedp.Do(ctx, chromedp.ResetViewport()); err != nil {
+		// Back to the desktop size (ResetViewport keeps the phone's width).
+		if err := chromedp.Do(ctx, chromedp.EmulateViewport(1280, 900)); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -320,6 +324,38 @@ func TestDashboardInBrowser(t *testing.T) {
 		after := api("GET", "/v1/deliveries/"+badID, "")
 		if len(after["attempts"].([]any)) != len(before["attempts"].([]any)) || len(rc.requestIDs("/bad")) != 1 {
 			t.Fatalf("attempts changed: before %v after %v", before["attempts"], after["attempts"])
+		}
+	})
+
+	t.Run("replay all matching dead letters and watch the job finish", func(t *testing.T) {
+		ctx := step(t, ctx)
+		rc.badHeals.Store(true)
+		if err := chromedp.Do(ctx, chromedp.Navigate(dash+"/dead-letters"),
+			chromedp.WaitVisible(chromedp.CSS(`tr[data-dead-letter-id]`))); err != nil {
+			t.Fatal(err)
+		}
+		screenshot(t, ctx, "dead-letters")
+		if _, err := chromedp.RunResponse(ctx, chromedp.Click(chromedp.ID("replay-all"))); err != nil {
+			t.Fatal(err)
+		}
+		// The page refreshes itself (a meta refresh, no script) until the
+		// job has finished; read it until it says so.
+		var status string
+		eventually(t, "the job page shows the job finished", func() bool {
+			status, _ = chromedp.Run(ctx, chromedp.Evaluate[string](
+				`(document.querySelector(".job") || {dataset: {}}).dataset.status || ""`))
+			return status == "succeeded"
+		})
+		counts := text(ctx, ".job .job-counts")
+		if !strings.Contains(counts, "1 done · 0 failed · 1 total") {
+			t.Fatalf("job counts %q", counts)
+		}
+		if got := rc.requestIDs("/bad"); len(got) != 2 || got[1] == got[0] {
+			t.Fatalf("receiver got %v", got)
+		}
+		screenshot(t, ctx, "replay-job")
+		if status := api("GET", "/v1/deliveries/"+badID, "")["status"]; status != "succeeded" {
+			t.Errorf("replayed delivery is %v", status)
 		}
 	})
 }
