@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 	"github.com/google/uuid"
 )
@@ -293,6 +295,31 @@ func TestDashboardInBrowser(t *testing.T) {
 			t.Errorf("trigger %q", got)
 		}
 		screenshot(t, ctx, "redelivered")
+	})
+
+	t.Run("redeliver works with JavaScript turned off", func(t *testing.T) {
+		// A second tab of the same browser (so the same login), with the
+		// page's scripts switched off: every action is a plain form.
+		tab, cancel := chromedp.NewContext(ctx)
+		defer cancel()
+		tab = step(t, tab)
+		err := chromedp.Do(tab, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			_, err := cdp.Call(ctx, tg, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: true})
+			return err
+		}), chromedp.Navigate(dash+"/deliveries/"+okID), chromedp.WaitVisible(chromedp.ID("redeliver")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := len(rc.requestIDs("/ok"))
+		resp, err := chromedp.RunResponse(tab, chromedp.Click(chromedp.ID("redeliver")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Status != http.StatusOK || !strings.Contains(resp.URL, "redelivery=requested") {
+			t.Fatalf("redeliver without JavaScript: %d %s", resp.Status, resp.URL)
+		}
+		eventually(t, "the receiver gets the redelivery", func() bool { return len(rc.requestIDs("/ok")) == before+1 })
+		screenshot(t, tab, "redelivered-without-javascript")
 	})
 
 	t.Run("a cross-origin form POST is refused and changes nothing", func(t *testing.T) {
