@@ -266,3 +266,60 @@ func (s *Store) DashboardJobs(ctx context.Context, ids []string) ([]JobRow, erro
 		return j, err
 	})
 }
+
+// EndpointRow is an endpoint as the dashboard lists it: with its project's
+// name and its latest delivery, if any.
+type EndpointRow struct {
+	ID             string
+	ProjectID      string
+	ProjectName    string
+	URL            string
+	Description    string
+	Status         string
+	DisabledReason *string
+	CreatedAt      time.Time
+	// The endpoint's latest delivery; LastDeliveryID is nil when it has none.
+	LastDeliveryID     *string
+	LastDeliveryStatus *string
+	LastStatusCode     *int
+	LastError          *string
+	LastUpdatedAt      *time.Time
+}
+
+// DashboardEndpoints returns a page of the live endpoints of every project,
+// newest first, each with its latest delivery (one index probe of
+// (endpoint_id, id) each), and whether more follow.
+func (s *Store) DashboardEndpoints(ctx context.Context, page Page) ([]EndpointRow, bool, error) {
+	rows, err := s.q.Query(ctx, `SELECT p.id, p.project_id, pr.name, p.url, p.description, p.status, p.disabled_reason,
+			p.created_at, l.id, l.status, l.last_status_code, l.last_error, l.updated_at
+		FROM endpoints p JOIN projects pr ON pr.id = p.project_id
+			LEFT JOIN LATERAL (SELECT d.id, d.status, d.last_status_code, d.last_error, d.updated_at FROM deliveries d
+				WHERE d.endpoint_id = p.id ORDER BY d.id DESC LIMIT 1) l ON true
+		WHERE p.deleted_at IS NULL AND ($1 = '' OR p.id < $1)
+		ORDER BY p.id DESC LIMIT $2`, page.Cursor, page.Limit+1)
+	if err != nil {
+		return nil, false, fmt.Errorf("dashboard endpoints: %w", err)
+	}
+	list, err := collect(rows, func(r pgx.Row) (EndpointRow, error) {
+		var e EndpointRow
+		err := r.Scan(&e.ID, &e.ProjectID, &e.ProjectName, &e.URL, &e.Description, &e.Status, &e.DisabledReason,
+			&e.CreatedAt, &e.LastDeliveryID, &e.LastDeliveryStatus, &e.LastStatusCode, &e.LastError, &e.LastUpdatedAt)
+		return e, err
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("dashboard endpoints: %w", err)
+	}
+	more := len(list) > page.Limit
+	if more {
+		list = list[:page.Limit]
+	}
+	return list, more, nil
+}
+
+// DashboardEndpoint returns the live endpoint id of any project, or
+// not_found.
+func (s *Store) DashboardEndpoint(ctx context.Context, id string) (webhookd.Endpoint, error) {
+	e, err := scanEndpoint(s.q.QueryRow(ctx, `SELECT `+endpointColumns+` FROM endpoints
+		WHERE id = $1 AND deleted_at IS NULL`, id))
+	return e, translate(err, "endpoint")
+}
