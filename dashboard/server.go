@@ -2,7 +2,8 @@
 // with the admin token, the deliveries of the last 14 days across every
 // project with filters and cursor pages, one delivery with its payload and
 // attempt history, a Redeliver button, and the dead letters, replayed by
-// selection or all matching (as background jobs whose progress it shows).
+// selection or all matching (as background jobs whose progress it shows),
+// and the endpoints, with enable/disable and a test event.
 // Pages are server-rendered with templ; every action is a plain HTML form
 // POST, so no JavaScript is needed (and the Content-Security-Policy allows
 // none). Every POST is refused cross-origin by http.CrossOriginProtection.
@@ -121,6 +122,9 @@ func New(cfg Config) (*Server, error) {
 	mux.Handle("GET /dead-letters", s.authed(s.deadLettersPage))
 	mux.Handle("POST /dead-letters/replay", s.authed(s.replayDeadLetters))
 	mux.Handle("GET /jobs", s.authed(s.jobs))
+	mux.Handle("GET /endpoints", s.authed(s.endpointsPage))
+	mux.Handle("POST /endpoints/{id}/status", s.authed(s.setEndpointStatus))
+	mux.Handle("POST /endpoints/{id}/test", s.authed(s.sendTestEvent))
 	mux.Handle("/", s.authed(func(w http.ResponseWriter, r *http.Request) {
 		s.render(w, r, http.StatusNotFound, errorPage("Not found", "There is no page here."))
 	}))

@@ -235,3 +235,22 @@ type jobsView struct {
 	Running bool // some job is still queued or running
 	Now     time.Time
 }
+
+type endpointsView struct {
+	Rows      []storage.EndpointRow
+	Now       time.Time
+	Flash     string
+	FlashKind string
+	FirstURL  string
+	NextURL   string
+}
+
+func endpointPath(id string) string { return "/endpoints/" + url.PathEscape(id) }
+
+// endpointDisabledLabel says why an endpoint is disabled.
+func endpointDisabledLabel(reason *string) string {
+	if reason != nil && *reason == webhookd.DisabledGone {
+		return "disabled: 410 Gone"
+	}
+	return "disabled"
+}

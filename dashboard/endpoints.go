@@ -1,0 +1,128 @@
+package dashboard
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/storage"
+)
+
+// testEventData is the data of a test event sent from the dashboard, as
+// the API's POST /v1/endpoints/{id}/test sends when given none.
+var testEventData = json.RawMessage(`{"message":"This is a test event from webhookd"}`)
+
+// endpointFlash is what the endpoints page says after an action, by the
+// outcome its redirect names (only these fixed texts are ever shown).
+var endpointFlash = map[string]struct{ text, kind string }{
+	"enabled":             {"Endpoint enabled: it gets new deliveries again.", "ok"},
+	"disabled":            {"Endpoint disabled: it gets no new deliveries, and those already scheduled become dead letters (endpoint_disabled) when their turn comes.", "ok"},
+	"test_disabled":       {"The endpoint is disabled: enable it to send a test event.", "error"},
+	webhookd.CodeNotFound: {"No such endpoint (it may have been deleted).", "error"},
+}
+
+// endpointsPage lists the live endpoints, newest first, a page at a time.
+func (s *Server) endpointsPage(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	v := endpointsView{Now: s.cfg.Clock.Now()}
+	if f, ok := endpointFlash[q.Get("done")]; ok {
+		v.Flash, v.FlashKind = f.text, f.kind
+	}
+	cursor := strings.TrimSpace(q.Get("cursor"))
+	if cursor != "" && !strings.HasPrefix(cursor, "ep_") {
+		cursor = ""
+	}
+	rows, more, err := s.store.DashboardEndpoints(r.Context(), storage.Page{Limit: s.cfg.PageSize, Cursor: cursor})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	v.Rows = rows
+	if more {
+		v.NextURL = "/endpoints?" + url.Values{"cursor": {rows[len(rows)-1].ID}}.Encode()
+	}
+	if cursor != "" {
+		v.FirstURL = "/endpoints"
+	}
+	s.render(w, r, http.StatusOK, endpointsList(v))
+}
+
+// endpointOf returns the live endpoint the path names, or redirects back to
+// the list saying it is gone.
+func (s *Server) endpointOf(w http.ResponseWriter, r *http.Request) (webhookd.Endpoint, bool) {
+	ep, err := s.store.DashboardEndpoint(r.Context(), r.PathValue("id"))
+	if webhookd.ErrorCode(err) == webhookd.CodeNotFound {
+		http.Redirect(w, r, "/endpoints?done="+webhookd.CodeNotFound, http.StatusSeeOther)
+		return ep, false
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return ep, false
+	}
+	return ep, true
+}
+
+// setEndpointStatus enables or disables an endpoint, as PATCH
+// /v1/endpoints/{id} with status does (disabling by hand: reason manual).
+func (s *Server) setEndpointStatus(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, 8<<10)
+	status := r.PostFormValue("status")
+	if status != webhookd.EndpointActive && status != webhookd.EndpointDisabled {
+		s.render(w, r, http.StatusBadRequest, errorPage("Bad request", "Unknown endpoint status."))
+		return
+	}
+	ep, ok := s.endpointOf(w, r)
+	if !ok {
+		return
+	}
+	if _, err := s.store.UpdateEndpoint(r.Context(), ep.ProjectID, ep.ID, storage.EndpointPatch{Status: &status},
+		s.cfg.Clock.Now()); err != nil {
+		if webhookd.ErrorCode(err) == webhookd.CodeNotFound {
+			http.Redirect(w, r, "/endpoints?done="+webhookd.CodeNotFound, http.StatusSeeOther)
+			return
+		}
+		s.fail(w, r, err)
+		return
+	}
+	done := "enabled"
+	if status == webhookd.EndpointDisabled {
+		done = "disabled"
+	}
+	http.Redirect(w, r, "/endpoints?done="+done, http.StatusSeeOther)
+}
+
+// sendTestEvent sends a webhookd.test event to this endpoint alone, as POST
+// /v1/endpoints/{id}/test does, and shows the new delivery.
+func (s *Server) sendTestEvent(w http.ResponseWriter, r *http.Request) {
+	ep, ok := s.endpointOf(w, r)
+	if !ok {
+		return
+	}
+	disabled := func() { http.Redirect(w, r, "/endpoints?done=test_disabled", http.StatusSeeOther) }
+	if ep.Status != webhookd.EndpointActive {
+		disabled()
+		return
+	}
+	now := s.cfg.Clock.Now()
+	evs, err := s.store.CreateEvents(r.Context(), ep.ProjectID, []storage.NewEvent{{Type: webhookd.TestEventType,
+		Data: testEventData, EndpointIDs: []string{ep.ID}, Trigger: webhookd.TriggerTest}}, now, func(int) string { return "" })
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if len(evs[0].Deliveries) == 0 { // disabled meanwhile
+		disabled()
+		return
+	}
+	d := evs[0].Deliveries[0]
+	if s.cfg.Enqueuer != nil {
+		due := webhookd.ScheduledDelivery{ID: d.ID, EndpointID: d.EndpointID, DueAt: now}
+		if err := s.cfg.Enqueuer.Enqueue(context.WithoutCancel(r.Context()), due); err != nil {
+			s.log.Warn("enqueue test event failed; the reconciler will pick the delivery up", "delivery_id", d.ID, "err", err)
+		}
+	}
+	http.Redirect(w, r, deliveryPath(d.ID), http.StatusSeeOther)
+}

@@ -1,0 +1,73 @@
+package dashboard
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/PuerkitoBio/goquery"
+
+	"github.com/webhookd/webhookd"
+)
+
+func TestEndpointsListDisableEnableAndTestEvent(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	ep, ids := f.seed("acme", 1, "invoice.paid")
+	f.deadLetter(ids[0], webhookd.ReasonClientError)
+	c := f.client()
+	f.login(c)
+
+	row := func() *goquery.Selection {
+		t.Helper()
+		_, body := f.do(c, "GET", "/endpoints", nil, nil)
+		doc, _ := goquery.NewDocumentFromReader(strings.NewReader(body))
+		return doc.Find(`tr[data-endpoint-id="` + ep + `"]`)
+	}
+	r := row()
+	if r.Length() != 1 || r.AttrOr("data-status", "") != "active" || !strings.Contains(r.Find(".endpoint-url").Text(), "/acme") {
+		t.Fatalf("endpoint row missing or wrong")
+	}
+	if r.Find(".badge-dead_letter").Text() != "dead letter" || r.Find(`a[href="/deliveries/`+ids[0]+`"]`).Text() != "400" {
+		t.Errorf("latest delivery not shown: %q", r.Find(`td[data-label="Latest"]`).Text())
+	}
+
+	// From another origin: refused, the endpoint stays active.
+	resp, _ := f.do(c, "POST", "/endpoints/"+ep+"/status", url.Values{"status": {"disabled"}},
+		map[string]string{"Sec-Fetch-Site": "cross-site"})
+	if resp.StatusCode != http.StatusForbidden || row().AttrOr("data-status", "") != "active" {
+		t.Fatalf("cross-origin disable: %d", resp.StatusCode)
+	}
+
+	resp, _ = f.do(c, "POST", "/endpoints/"+ep+"/status", url.Values{"status": {"disabled"}}, nil)
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/endpoints?done=disabled" {
+		t.Fatalf("disable: %d %q", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	e, _ := f.db.Store().DashboardEndpoint(context.Background(), ep)
+	if e.Status != webhookd.EndpointDisabled || e.DisabledReason == nil || *e.DisabledReason != webhookd.DisabledManual {
+		t.Fatalf("after disable: %s %v", e.Status, e.DisabledReason)
+	}
+	if _, disabled := row().Find(".send-test").Attr("disabled"); !disabled {
+		t.Errorf("send test offered for a disabled endpoint")
+	}
+	resp, _ = f.do(c, "POST", "/endpoints/"+ep+"/test", url.Values{}, nil)
+	if resp.Header.Get("Location") != "/endpoints?done=test_disabled" {
+		t.Fatalf("test event to a disabled endpoint: %q", resp.Header.Get("Location"))
+	}
+
+	f.do(c, "POST", "/endpoints/"+ep+"/status", url.Values{"status": {"active"}}, nil)
+	resp, _ = f.do(c, "POST", "/endpoints/"+ep+"/test", url.Values{}, nil)
+	loc := resp.Header.Get("Location")
+	if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(loc, "/deliveries/dlv_") {
+		t.Fatalf("test event: %d %q", resp.StatusCode, loc)
+	}
+	d, err := f.db.Store().DashboardDelivery(context.Background(), strings.TrimPrefix(loc, "/deliveries/"))
+	if err != nil || d.EventType != webhookd.TestEventType || d.EndpointID != ep {
+		t.Fatalf("test delivery %+v (%v)", d.Delivery, err)
+	}
+	if resp, _ := f.do(c, "POST", "/endpoints/ep_nope/status", url.Values{"status": {"active"}}, nil); resp.Header.Get("Location") != "/endpoints?done=not_found" {
+		t.Errorf("unknown endpoint: %q", resp.Header.Get("Location"))
+	}
+}
