@@ -122,8 +122,9 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // status, opens a delivery (its payload shown as text, its response body and
 // request id), redelivers it (the receiver gets a new attempt with a new
 // X-Request-Id), a form posted from another origin is refused and changes
-// nothing, and the dead letters are replayed in bulk by a job whose
-// progress page refreshes itself until it has finished.
+// nothing, the dead letters are replayed in bulk by a job whose progress
+// page refreshes itself until it has finished, and a test event goes out
+// from the endpoints page.
 func TestDashboardInBrowser(t *testing.T) {
 	t.Parallel()
 	m, key := startMain(t, Roles{API: true, Worker: true, Ops: true}, func(c *Config) {
@@ -384,5 +385,26 @@ func TestDashboardInBrowser(t *testing.T) {
 		if status := api("GET", "/v1/deliveries/"+badID, "")["status"]; status != "succeeded" {
 			t.Errorf("replayed delivery is %v", status)
 		}
+	})
+
+	t.Run("send a test event from the endpoints page", func(t *testing.T) {
+		ctx := step(t, ctx)
+		row := `tr[data-endpoint-id="` + epOK + `"]`
+		if err := chromedp.Do(ctx, chromedp.Navigate(dash+"/endpoints"), chromedp.WaitVisible(chromedp.CSS(row))); err != nil {
+			t.Fatal(err)
+		}
+		screenshot(t, ctx, "endpoints")
+		before := len(rc.requestIDs("/ok"))
+		resp, err := chromedp.RunResponse(ctx, chromedp.Click(chromedp.CSS(row+" .send-test")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Status != http.StatusOK || !strings.Contains(resp.URL, "/deliveries/dlv_") {
+			t.Fatalf("after send test: %d %s", resp.Status, resp.URL)
+		}
+		if got := text(ctx, "#payload"); !strings.Contains(got, "This is a test event from webhookd") {
+			t.Errorf("test payload %q", got)
+		}
+		eventually(t, "the receiver gets the test event", func() bool { return len(rc.requestIDs("/ok")) == before+1 })
 	})
 }
