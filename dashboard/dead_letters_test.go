@@ -68,8 +68,8 @@ func TestDeadLettersListReplaySelectedAndAll(t *testing.T) {
 		t.Fatalf("replay selected: %d %q", resp.StatusCode, resp.Header.Get("Location"))
 	}
 	d, _ := f.db.Store().DashboardDelivery(context.Background(), acme[0])
-	if d.PendingRedelivery == nil || len(f.queue.calls) != 1 || f.queue.calls[0] != [3]string{*d.PendingRedelivery, acme[0], "dashboard"} {
-		t.Fatalf("pending %v, enqueued %v", d.PendingRedelivery, f.queue.calls)
+	if d.PendingRedelivery == nil || len(f.queue.manual()) != 1 || f.queue.manual()[0] != [3]string{*d.PendingRedelivery, acme[0], "dashboard"} {
+		t.Fatalf("pending %v, enqueued %v", d.PendingRedelivery, f.queue.manual())
 	}
 	doc, _ = list(resp.Header.Get("Location"))
 	if got := doc.Find("#flash").Text(); !strings.Contains(got, "1 redeliveries requested") {
@@ -79,8 +79,8 @@ func TestDeadLettersListReplaySelectedAndAll(t *testing.T) {
 	// Replay all matching: a job per project with matching dead letters.
 	resp, _ = f.do(c, "POST", "/dead-letters/replay", url.Values{"action": {"all"}, "event_type": {"invoice.paid"}}, nil)
 	loc := resp.Header.Get("Location")
-	if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(loc, "/jobs?") || len(f.queue.jobs) != 2 {
-		t.Fatalf("replay all: %d %q, enqueued jobs %v", resp.StatusCode, loc, f.queue.jobs)
+	if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(loc, "/jobs?") || len(f.queue.enqueuedJobs()) != 2 {
+		t.Fatalf("replay all: %d %q, enqueued jobs %v", resp.StatusCode, loc, f.queue.enqueuedJobs())
 	}
 	doc, _ = list(loc)
 	var jobs []string
