@@ -2,6 +2,8 @@ package dashboard
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"net/http"
 	"net/url"
@@ -125,4 +127,45 @@ func (s *Server) sendTestEvent(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	http.Redirect(w, r, deliveryPath(d.ID), http.StatusSeeOther)
+}
+
+// revealSecret shows the endpoint's signing secrets, as GET
+// /v1/endpoints/{id}/secret does; a POST, so only an explicit click shows
+// them.
+func (s *Server) revealSecret(w http.ResponseWriter, r *http.Request) {
+	ep, ok := s.endpointOf(w, r)
+	if !ok {
+		return
+	}
+	s.render(w, r, http.StatusOK, secretPage(s.secretView(ep, false)))
+}
+
+// rotateSecret makes a new signing secret, as POST
+// /v1/endpoints/{id}/rotate-secret does: the old one keeps signing for
+// storage.SecretOverlap.
+func (s *Server) rotateSecret(w http.ResponseWriter, r *http.Request) {
+	ep, ok := s.endpointOf(w, r)
+	if !ok {
+		return
+	}
+	raw := make([]byte, 32)
+	rand.Read(raw)
+	ep, err := s.store.RotateSecret(r.Context(), ep.ProjectID, ep.ID, "whsec_"+base64.StdEncoding.EncodeToString(raw),
+		s.cfg.Clock.Now())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.render(w, r, http.StatusOK, secretPage(s.secretView(ep, true)))
+}
+
+func (s *Server) secretView(ep webhookd.Endpoint, rotated bool) secretView {
+	v := secretView{E: ep, Rotated: rotated}
+	if ep.PreviousSecret != nil && ep.PreviousExpiresAt != nil && ep.PreviousExpiresAt.After(s.cfg.Clock.Now()) {
+		v.Previous, v.PreviousExpiresAt = *ep.PreviousSecret, ep.PreviousExpiresAt
+	}
+	if rotated && v.PreviousExpiresAt == nil { // cannot happen after a rotation; keep the page whole anyway
+		v.Rotated = false
+	}
+	return v
 }

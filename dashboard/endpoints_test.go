@@ -71,3 +71,40 @@ func TestEndpointsListDisableEnableAndTestEvent(t *testing.T) {
 		t.Errorf("unknown endpoint: %q", resp.Header.Get("Location"))
 	}
 }
+
+func TestSecretShownOnlyOnClickAndRotated(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	ep, _ := f.seed("acme", 1, "invoice.paid")
+	c := f.client()
+	f.login(c)
+	e, _ := f.db.Store().DashboardEndpoint(context.Background(), ep)
+
+	_, list := f.do(c, "GET", "/endpoints", nil, nil)
+	if strings.Contains(list, "whsec_") {
+		t.Fatal("the endpoints list shows a secret")
+	}
+	resp, body := f.do(c, "POST", "/endpoints/"+ep+"/secret", url.Values{}, nil)
+	doc, _ := goquery.NewDocumentFromReader(strings.NewReader(body))
+	if resp.StatusCode != http.StatusOK || doc.Find("#secret").Text() != e.Secret || resp.Header.Get("Cache-Control") != "no-store" {
+		t.Fatalf("reveal: %d, secret %q", resp.StatusCode, doc.Find("#secret").Text())
+	}
+	if doc.Find("#previous-secret").Length() != 0 {
+		t.Errorf("a previous secret shown without a rotation")
+	}
+	// A cross-origin rotation is refused and the secret stays.
+	resp, _ = f.do(c, "POST", "/endpoints/"+ep+"/rotate-secret", url.Values{}, map[string]string{"Sec-Fetch-Site": "cross-site"})
+	if after, _ := f.db.Store().DashboardEndpoint(context.Background(), ep); resp.StatusCode != http.StatusForbidden || after.Secret != e.Secret {
+		t.Fatalf("cross-origin rotate: %d", resp.StatusCode)
+	}
+	resp, body = f.do(c, "POST", "/endpoints/"+ep+"/rotate-secret", url.Values{}, nil)
+	doc, _ = goquery.NewDocumentFromReader(strings.NewReader(body))
+	after, _ := f.db.Store().DashboardEndpoint(context.Background(), ep)
+	if resp.StatusCode != http.StatusOK || after.Secret == e.Secret || doc.Find("#secret").Text() != after.Secret ||
+		doc.Find("#previous-secret").Text() != e.Secret || !strings.Contains(doc.Find("#flash").Text(), "Secret rotated") {
+		t.Fatalf("rotate: %d, shown %q / %q", resp.StatusCode, doc.Find("#secret").Text(), doc.Find("#previous-secret").Text())
+	}
+	if resp, _ := f.do(c, "GET", "/endpoints/"+ep+"/secret", nil, nil); resp.StatusCode == http.StatusOK {
+		t.Errorf("the secret can be fetched with a GET")
+	}
+}

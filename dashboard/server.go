@@ -3,7 +3,8 @@
 // project with filters and cursor pages, one delivery with its payload and
 // attempt history, a Redeliver button, and the dead letters, replayed by
 // selection or all matching (as background jobs whose progress it shows),
-// and the endpoints, with enable/disable and a test event.
+// and the endpoints, with enable/disable, a test event, and their signing
+// secret shown only on an explicit click, and rotated.
 // Pages are server-rendered with templ; every action is a plain HTML form
 // POST, so no JavaScript is needed (and the Content-Security-Policy allows
 // none). Every POST is refused cross-origin by http.CrossOriginProtection.
@@ -125,6 +126,8 @@ func New(cfg Config) (*Server, error) {
 	mux.Handle("GET /endpoints", s.authed(s.endpointsPage))
 	mux.Handle("POST /endpoints/{id}/status", s.authed(s.setEndpointStatus))
 	mux.Handle("POST /endpoints/{id}/test", s.authed(s.sendTestEvent))
+	mux.Handle("POST /endpoints/{id}/secret", s.authed(s.revealSecret))
+	mux.Handle("POST /endpoints/{id}/rotate-secret", s.authed(s.rotateSecret))
 	mux.Handle("/", s.authed(func(w http.ResponseWriter, r *http.Request) {
 		s.render(w, r, http.StatusNotFound, errorPage("Not found", "There is no page here."))
 	}))

@@ -254,3 +254,10 @@ func endpointDisabledLabel(reason *string) string {
 	}
 	return "disabled"
 }
+
+type secretView struct {
+	E                 webhookd.Endpoint
+	Previous          string     // the previous secret while it still signs, else ""
+	PreviousExpiresAt *time.Time // when it stops
+	Rotated           bool       // the page answers a rotation
+}
