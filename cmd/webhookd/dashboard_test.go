@@ -406,5 +406,17 @@ func TestDashboardInBrowser(t *testing.T) {
 			t.Errorf("test payload %q", got)
 		}
 		eventually(t, "the receiver gets the test event", func() bool { return len(rc.requestIDs("/ok")) == before+1 })
+
+		// The signing secret shows only after an explicit click.
+		if err := chromedp.Do(ctx, chromedp.Navigate(dash+"/endpoints"), chromedp.WaitVisible(chromedp.CSS(row))); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := chromedp.RunResponse(ctx, chromedp.Click(chromedp.CSS(row+" .reveal-secret"))); err != nil {
+			t.Fatal(err)
+		}
+		if got := text(ctx, "#secret"); !strings.HasPrefix(got, "whsec_") {
+			t.Fatalf("secret %q", got)
+		}
+		screenshot(t, ctx, "secret")
 	})
 }
