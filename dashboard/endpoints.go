@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/storage"
@@ -37,7 +38,8 @@ func (s *Server) endpointsPage(w http.ResponseWriter, r *http.Request) {
 	if cursor != "" && !strings.HasPrefix(cursor, "ep_") {
 		cursor = ""
 	}
-	rows, more, err := s.store.DashboardEndpoints(r.Context(), storage.Page{Limit: s.cfg.PageSize, Cursor: cursor})
+	rows, more, err := s.store.DashboardEndpoints(r.Context(), v.Now.Add(-24*time.Hour),
+		storage.Page{Limit: s.cfg.PageSize, Cursor: cursor})
 	if err != nil {
 		s.fail(w, r, err)
 		return

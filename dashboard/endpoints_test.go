@@ -30,6 +30,9 @@ func TestEndpointsListDisableEnableAndTestEvent(t *testing.T) {
 	if r.Length() != 1 || r.AttrOr("data-status", "") != "active" || !strings.Contains(r.Find(".endpoint-url").Text(), "/acme") {
 		t.Fatalf("endpoint row missing or wrong")
 	}
+	if got := strings.Join(strings.Fields(r.Find("td.health").Text()), " "); got != "0% delivered 0 ok · 1 dead · 0 waiting" {
+		t.Errorf("24 h health %q", got)
+	}
 	if r.Find(".badge-dead_letter").Text() != "dead letter" || r.Find(`a[href="/deliveries/`+ids[0]+`"]`).Text() != "400" {
 		t.Errorf("latest delivery not shown: %q", r.Find(`td[data-label="Latest"]`).Text())
 	}
@@ -106,5 +109,16 @@ func TestSecretShownOnlyOnClickAndRotated(t *testing.T) {
 	}
 	if resp, _ := f.do(c, "GET", "/endpoints/"+ep+"/secret", nil, nil); resp.StatusCode == http.StatusOK {
 		t.Errorf("the secret can be fetched with a GET")
+	}
+}
+
+func TestSuccessRate(t *testing.T) {
+	for _, c := range []struct {
+		ok, dead    int
+		rate, class string
+	}{{1, 0, "100%", "code-ok"}, {999, 1, "99%", "code-warn"}, {9, 1, "90%", "code-warn"}, {1, 1, "50%", "code-err"}, {0, 3, "0%", "code-err"}} {
+		if r, cl := successRate(c.ok, c.dead), successClass(c.ok, c.dead); r != c.rate || cl != c.class {
+			t.Errorf("%d ok, %d dead: %s %s, want %s %s", c.ok, c.dead, r, cl, c.rate, c.class)
+		}
 	}
 }

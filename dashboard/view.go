@@ -261,3 +261,21 @@ type secretView struct {
 	PreviousExpiresAt *time.Time // when it stops
 	Rotated           bool       // the page answers a rotation
 }
+
+// successRate is the share of finished deliveries that succeeded, as a
+// whole percent (rounded down, so 99.9% is not shown as 100%).
+func successRate(succeeded, dead int) string {
+	return fmt.Sprintf("%d%%", succeeded*100/(succeeded+dead))
+}
+
+// successClass colours a success rate: all good, mostly good, or bad.
+func successClass(succeeded, dead int) string {
+	switch rate := succeeded * 100 / (succeeded + dead); {
+	case rate == 100:
+		return "code-ok"
+	case rate >= 90:
+		return "code-warn"
+	default:
+		return "code-err"
+	}
+}

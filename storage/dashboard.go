@@ -284,26 +284,37 @@ type EndpointRow struct {
 	LastStatusCode     *int
 	LastError          *string
 	LastUpdatedAt      *time.Time
+	// The endpoint's deliveries made since the time given to
+	// DashboardEndpoints, by where they stand now.
+	Succeeded, DeadLettered, Waiting int
 }
 
 // DashboardEndpoints returns a page of the live endpoints of every project,
-// newest first, each with its latest delivery (one index probe of
-// (endpoint_id, id) each), and whether more follow.
-func (s *Store) DashboardEndpoints(ctx context.Context, page Page) ([]EndpointRow, bool, error) {
+// newest first, and whether more follow. Each comes with its latest
+// delivery (one index probe of (endpoint_id, id)) and the counts of its
+// deliveries made since since by state: a range of the same index, so it
+// reads that endpoint's deliveries of the period, never the attempts.
+func (s *Store) DashboardEndpoints(ctx context.Context, since time.Time, page Page) ([]EndpointRow, bool, error) {
 	rows, err := s.q.Query(ctx, `SELECT p.id, p.project_id, pr.name, p.url, p.description, p.status, p.disabled_reason,
-			p.created_at, l.id, l.status, l.last_status_code, l.last_error, l.updated_at
+			p.created_at, l.id, l.status, l.last_status_code, l.last_error, l.updated_at,
+			h.succeeded, h.dead, h.waiting
 		FROM endpoints p JOIN projects pr ON pr.id = p.project_id
 			LEFT JOIN LATERAL (SELECT d.id, d.status, d.last_status_code, d.last_error, d.updated_at FROM deliveries d
 				WHERE d.endpoint_id = p.id ORDER BY d.id DESC LIMIT 1) l ON true
+			CROSS JOIN LATERAL (SELECT count(*) FILTER (WHERE d.status = 'succeeded') AS succeeded,
+					count(*) FILTER (WHERE d.status = 'dead_letter') AS dead,
+					count(*) FILTER (WHERE d.status IN ('pending', 'retrying')) AS waiting
+				FROM deliveries d WHERE d.endpoint_id = p.id AND d.id >= $3 AND d.created_at >= $4) h
 		WHERE p.deleted_at IS NULL AND ($1 = '' OR p.id < $1)
-		ORDER BY p.id DESC LIMIT $2`, page.Cursor, page.Limit+1)
+		ORDER BY p.id DESC LIMIT $2`, page.Cursor, page.Limit+1, prefixDelivery+idFloor(since.Add(-time.Minute)), since)
 	if err != nil {
 		return nil, false, fmt.Errorf("dashboard endpoints: %w", err)
 	}
 	list, err := collect(rows, func(r pgx.Row) (EndpointRow, error) {
 		var e EndpointRow
 		err := r.Scan(&e.ID, &e.ProjectID, &e.ProjectName, &e.URL, &e.Description, &e.Status, &e.DisabledReason,
-			&e.CreatedAt, &e.LastDeliveryID, &e.LastDeliveryStatus, &e.LastStatusCode, &e.LastError, &e.LastUpdatedAt)
+			&e.CreatedAt, &e.LastDeliveryID, &e.LastDeliveryStatus, &e.LastStatusCode, &e.LastError, &e.LastUpdatedAt,
+			&e.Succeeded, &e.DeadLettered, &e.Waiting)
 		return e, err
 	})
 	if err != nil {
