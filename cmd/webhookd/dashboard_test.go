@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +21,8 @@ import (
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 	"github.com/google/uuid"
+
+	"github.com/webhookd/webhookd/internal/testenv"
 )
 
 const dashboardToken = "browser-test-admin-token-0123456789"
@@ -419,4 +422,62 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 		screenshot(t, ctx, "secret")
 	})
+}
+
+// lockedBuffer is a log sink the test can read while the process writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestGeneratedAdminTokenIsPrintedOnceAndLogsIn: without
+// WEBHOOKD_ADMIN_TOKEN the process makes a token, prints it once in its log,
+// and the dashboard takes it (and nothing else).
+func TestGeneratedAdminTokenIsPrintedOnceAndLogsIn(t *testing.T) {
+	t.Parallel()
+	name, _ := testenv.Schema(t)
+	_, redisURL := testenv.Redis(t)
+	cfg := DefaultConfig()
+	cfg.DatabaseURL, cfg.RedisURL, cfg.DashboardAddr = testenv.DatabaseURL(), redisURL, "127.0.0.1:0"
+	var logs lockedBuffer
+	m := NewMain(cfg, &logs)
+	m.SearchPath = name
+	t.Cleanup(m.Close)
+	ctx := context.Background()
+	if err := m.OpenDB(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.DB.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Start(ctx, Roles{Ops: true}); err != nil {
+		t.Fatal(err)
+	}
+	token := m.Config.AdminToken
+	if len(token) < 32 || strings.Count(logs.String(), token) != 1 {
+		t.Fatalf("token %q printed %d times in %q", token, strings.Count(logs.String(), token), logs.String())
+	}
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for tok, want := range map[string]int{token: http.StatusSeeOther, token + "x": http.StatusUnauthorized} {
+		resp, err := client.PostForm("http://"+m.OpsAddr+"/login", url.Values{"token": {tok}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("login with %q: %d, want %d", tok, resp.StatusCode, want)
+		}
+	}
 }
