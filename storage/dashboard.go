@@ -292,29 +292,28 @@ type EndpointRow struct {
 // DashboardEndpoints returns a page of the live endpoints of every project,
 // newest first, and whether more follow. Each comes with its latest
 // delivery (one index probe of (endpoint_id, id)) and the counts of its
-// deliveries made since since by state: a range of the same index, so it
-// reads that endpoint's deliveries of the period, never the attempts.
+// deliveries made since since by state (ranges of the same index, so they
+// read those endpoints' deliveries of the period, never the attempts).
 func (s *Store) DashboardEndpoints(ctx context.Context, since time.Time, page Page) ([]EndpointRow, bool, error) {
 	rows, err := s.q.Query(ctx, `SELECT p.id, p.project_id, pr.name, p.url, p.description, p.status, p.disabled_reason,
-			p.created_at, l.id, l.status, l.last_status_code, l.last_error, l.updated_at,
-			h.succeeded, h.dead, h.waiting
+			p.created_at, l.id, l.status, l.last_status_code, l.last_error, l.updated_at
 		FROM endpoints p JOIN projects pr ON pr.id = p.project_id
-			LEFT JOIN LATERAL (SELECT d.id, d.status, d.last_status_code, d.last_error, d.updated_at FROM deliveries d
-				WHERE d.endpoint_id = p.id ORDER BY d.id DESC LIMIT 1) l ON true
-			CROSS JOIN LATERAL (SELECT count(*) FILTER (WHERE d.status = 'succeeded') AS succeeded,
-					count(*) FILTER (WHERE d.status = 'dead_letter') AS dead,
-					count(*) FILTER (WHERE d.status IN ('pending', 'retrying')) AS waiting
-				FROM deliveries d WHERE d.endpoint_id = p.id AND d.id >= $3 AND d.created_at >= $4) h
+			-- The latest id alone, so that deliveries_endpoint_idx answers it
+			-- from the index: asked for more columns, the planner may walk
+			-- the primary key backwards instead, through every row for an
+			-- endpoint without deliveries.
+			LEFT JOIN LATERAL (SELECT d.id FROM deliveries d
+				WHERE d.endpoint_id = p.id ORDER BY d.id DESC LIMIT 1) m ON true
+			LEFT JOIN deliveries l ON l.id = m.id
 		WHERE p.deleted_at IS NULL AND ($1 = '' OR p.id < $1)
-		ORDER BY p.id DESC LIMIT $2`, page.Cursor, page.Limit+1, prefixDelivery+idFloor(since.Add(-time.Minute)), since)
+		ORDER BY p.id DESC LIMIT $2`, page.Cursor, page.Limit+1)
 	if err != nil {
 		return nil, false, fmt.Errorf("dashboard endpoints: %w", err)
 	}
 	list, err := collect(rows, func(r pgx.Row) (EndpointRow, error) {
 		var e EndpointRow
 		err := r.Scan(&e.ID, &e.ProjectID, &e.ProjectName, &e.URL, &e.Description, &e.Status, &e.DisabledReason,
-			&e.CreatedAt, &e.LastDeliveryID, &e.LastDeliveryStatus, &e.LastStatusCode, &e.LastError, &e.LastUpdatedAt,
-			&e.Succeeded, &e.DeadLettered, &e.Waiting)
+			&e.CreatedAt, &e.LastDeliveryID, &e.LastDeliveryStatus, &e.LastStatusCode, &e.LastError, &e.LastUpdatedAt)
 		return e, err
 	})
 	if err != nil {
@@ -324,7 +323,41 @@ func (s *Store) DashboardEndpoints(ctx context.Context, since time.Time, page Pa
 	if more {
 		list = list[:page.Limit]
 	}
-	return list, more, nil
+	return list, more, s.endpointHealth(ctx, list, since)
+}
+
+// endpointHealth fills in the counts of each endpoint's deliveries made
+// since since, by state, in one query over the (endpoint_id, id) ranges of
+// the page's endpoints. The bound is on the id alone (its ULID time is when
+// the delivery was made): a condition on created_at would let the planner
+// scan every endpoint's deliveries of the period instead.
+func (s *Store) endpointHealth(ctx context.Context, list []EndpointRow, since time.Time) error {
+	if len(list) == 0 {
+		return nil
+	}
+	ids := make([]string, len(list))
+	at := make(map[string]*EndpointRow, len(list))
+	for i := range list {
+		ids[i], at[list[i].ID] = list[i].ID, &list[i]
+	}
+	rows, err := s.q.Query(ctx, `SELECT endpoint_id, count(*) FILTER (WHERE status = 'succeeded'),
+			count(*) FILTER (WHERE status = 'dead_letter'), count(*) FILTER (WHERE status IN ('pending', 'retrying'))
+		FROM deliveries WHERE endpoint_id = ANY($1) AND id >= $2 GROUP BY endpoint_id`,
+		ids, prefixDelivery+idFloor(since))
+	if err != nil {
+		return fmt.Errorf("endpoint health: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		var ok, dead, waiting int
+		if err := rows.Scan(&id, &ok, &dead, &waiting); err != nil {
+			return fmt.Errorf("endpoint health: %w", err)
+		}
+		e := at[id]
+		e.Succeeded, e.DeadLettered, e.Waiting = ok, dead, waiting
+	}
+	return rows.Err()
 }
 
 // DashboardEndpoint returns the live endpoint id of any project, or
