@@ -59,17 +59,6 @@ func (s *Store) GetEndpoint(ctx context.Context, projectID, id string) (webhookd
 	return e, translate(err, "endpoint")
 }
 
-// EndpointByID returns an endpoint whatever its project or state (for the
-// dispatcher), or ErrNotFound.
-func (s *Store) EndpointByID(ctx context.Context, id string) (webhookd.Endpoint, bool, error) {
-	var deleted *time.Time
-	var e webhookd.Endpoint
-	err := s.q.QueryRow(ctx, `SELECT `+endpointColumns+`, deleted_at FROM endpoints WHERE id = $1`, id).Scan(
-		&e.ID, &e.ProjectID, &e.URL, &e.Description, &e.EventTypes, &e.Status, &e.DisabledReason,
-		&e.RateLimitPerSecond, &e.Secret, &e.PreviousSecret, &e.PreviousExpiresAt, &e.Version, &e.CreatedAt, &e.UpdatedAt, &deleted)
-	return e, deleted != nil, translate(err, "endpoint")
-}
-
 // Page asks for one page of a list, newest first.
 type Page struct {
 	Limit  int    // 1–100
