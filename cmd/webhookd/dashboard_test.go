@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -20,7 +19,6 @@ import (
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
-	"github.com/google/uuid"
 
 	"github.com/webhookd/webhookd/internal/testenv"
 )
@@ -136,22 +134,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	rc := newReceiver(t)
 	api := func(method, path, body string) map[string]any {
 		t.Helper()
-		req, _ := http.NewRequest(method, "http://"+m.APIAddr+path, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+key)
-		if method == "POST" {
-			req.Header.Set("Idempotency-Key", uuid.NewString())
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var out map[string]any
-		json.NewDecoder(resp.Body).Decode(&out)
-		if resp.StatusCode >= 300 {
-			t.Fatalf("%s %s: %d %v", method, path, resp.StatusCode, out)
-		}
-		return out
+		return callAPI(t, m.APIAddr, key, method, path, body, method == "POST")
 	}
 	epOK := api("POST", "/v1/endpoints", fmt.Sprintf(`{"url":%q}`, rc.URL+"/ok"))["id"].(string)
 	epBad := api("POST", "/v1/endpoints", fmt.Sprintf(`{"url":%q}`, rc.URL+"/bad"))["id"].(string)

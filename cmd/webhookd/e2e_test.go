@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 )
 
@@ -39,22 +37,7 @@ func TestAllDeliversSignedAndReplaysDeadLetters(t *testing.T) {
 
 	call := func(method, path, body string, idem bool) map[string]any {
 		t.Helper()
-		req, _ := http.NewRequest(method, "http://"+m.APIAddr+path, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+key)
-		if idem {
-			req.Header.Set("Idempotency-Key", uuid.NewString())
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var out map[string]any
-		json.NewDecoder(resp.Body).Decode(&out)
-		if resp.StatusCode >= 300 {
-			t.Fatalf("%s %s: %d %v", method, path, resp.StatusCode, out)
-		}
-		return out
+		return callAPI(t, m.APIAddr, key, method, path, body, idem)
 	}
 	poll := func(what string, cond func() bool) {
 		t.Helper()

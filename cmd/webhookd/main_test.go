@@ -3,12 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/google/uuid"
 
 	"github.com/webhookd/webhookd/internal/testenv"
 	"github.com/webhookd/webhookd/storage"
@@ -152,4 +155,27 @@ func TestAllStartsAndAcceptsWithoutRedis(t *testing.T) {
 	if r.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("/readyz %d without Redis", r.StatusCode)
 	}
+}
+
+// callAPI makes one API request with the key (and a fresh Idempotency-Key
+// when idem) and returns its decoded JSON body, failing the test on an
+// answer of 300 or more.
+func callAPI(t *testing.T, addr, key, method, path, body string, idem bool) map[string]any {
+	t.Helper()
+	req, _ := http.NewRequest(method, "http://"+addr+path, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+key)
+	if idem {
+		req.Header.Set("Idempotency-Key", uuid.NewString())
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	json.NewDecoder(resp.Body).Decode(&out)
+	if resp.StatusCode >= 300 {
+		t.Fatalf("%s %s: %d %v", method, path, resp.StatusCode, out)
+	}
+	return out
 }
