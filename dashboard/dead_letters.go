@@ -115,8 +115,7 @@ func (s *Server) replaySelected(w http.ResponseWriter, r *http.Request, ids []st
 	}
 	requested, disabled := 0, 0
 	for _, d := range refs {
-		requestID := storage.NewRequestID()
-		if _, err := s.store.RequestRedelivery(ctx, d.ProjectID, d.DeliveryID, requestID, "dashboard"); err != nil {
+		if err := s.requestRedelivery(ctx, d.ProjectID, d.DeliveryID); err != nil {
 			if webhookd.ErrorCode(err) == webhookd.CodeEndpointDisabled {
 				disabled++
 				continue
@@ -128,11 +127,6 @@ func (s *Server) replaySelected(w http.ResponseWriter, r *http.Request, ids []st
 			return
 		}
 		requested++
-		if s.cfg.Enqueuer != nil {
-			if err := s.cfg.Enqueuer.EnqueueManual(context.WithoutCancel(ctx), requestID, d.DeliveryID, "dashboard"); err != nil {
-				s.log.Warn("enqueue redelivery failed; the reconciler will pick it up", "delivery_id", d.DeliveryID, "err", err)
-			}
-		}
 	}
 	back := deadLetterFilterOf(r.PostForm.Get).query("", url.Values{"requested": {strconv.Itoa(requested)},
 		"disabled": {strconv.Itoa(disabled)}})

@@ -159,9 +159,8 @@ func (s *Server) redeliver(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	requestID := storage.NewRequestID()
 	outcome := "requested"
-	if _, err := s.store.RequestRedelivery(ctx, d.ProjectID, id, requestID, "dashboard"); err != nil {
+	if err := s.requestRedelivery(ctx, d.ProjectID, id); err != nil {
 		outcome = webhookd.ErrorCode(err)
 		if outcome == webhookd.CodeNotFound {
 			s.fail(w, r, err)
@@ -171,10 +170,23 @@ func (s *Server) redeliver(w http.ResponseWriter, r *http.Request) {
 			s.log.Error("dashboard: redelivery failed", "delivery_id", id, "err", err)
 			outcome = webhookd.CodeInternal
 		}
-	} else if s.cfg.Enqueuer != nil {
-		if err := s.cfg.Enqueuer.EnqueueManual(context.WithoutCancel(ctx), requestID, id, "dashboard"); err != nil {
-			s.log.Warn("enqueue redelivery failed; the reconciler will pick it up", "delivery_id", id, "err", err)
-		}
 	}
 	http.Redirect(w, r, deliveryPath(id)+"?redelivery="+outcome, http.StatusSeeOther)
+}
+
+// requestRedelivery asks for one manual attempt of a delivery as the API
+// does: recorded in PostgreSQL (endpoint_disabled, not_found refused), then
+// enqueued; an enqueue that fails is only logged, since the reconciler
+// enqueues recorded requests again.
+func (s *Server) requestRedelivery(ctx context.Context, projectID, deliveryID string) error {
+	requestID := storage.NewRequestID()
+	if _, err := s.store.RequestRedelivery(ctx, projectID, deliveryID, requestID, "dashboard"); err != nil {
+		return err
+	}
+	if s.cfg.Enqueuer != nil {
+		if err := s.cfg.Enqueuer.EnqueueManual(context.WithoutCancel(ctx), requestID, deliveryID, "dashboard"); err != nil {
+			s.log.Warn("enqueue redelivery failed; the reconciler will pick it up", "delivery_id", deliveryID, "err", err)
+		}
+	}
+	return nil
 }

@@ -184,9 +184,3 @@ func (h *holder) wake(ctx context.Context, ep string) {
 		}
 	}
 }
-
-// heldCount is how many deliveries wait in ep's set (tests, metrics).
-func (h *holder) heldCount(ctx context.Context, ep string) int64 {
-	n, _ := h.rdb.ZCard(ctx, h.key(ep)).Result()
-	return n
-}

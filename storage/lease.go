@@ -44,7 +44,6 @@ type Lease struct {
 	Found           bool // false: no such delivery (purged)
 	Held            bool // the claim holds the lease
 	Token           string
-	Until           time.Time  // when a held lease runs out
 	OtherUntil      *time.Time // when someone else's lease runs out, if one was held
 	Delivery        webhookd.Delivery
 	AutoAttempts    int // automatic attempts made so far
@@ -118,7 +117,7 @@ func (db *DB) ClaimDeliveries(ctx context.Context, now, until time.Time, cs []Cl
 		ep.ID, ep.ProjectID = d.EndpointID, d.ProjectID
 		l.EndpointDeleted = deleted != nil
 		if l.Held {
-			l.Until, l.OtherUntil = until, nil
+			l.OtherUntil = nil
 		}
 		out[ord-1] = l
 	}

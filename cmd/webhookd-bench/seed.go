@@ -21,9 +21,8 @@ const seedEndpointID = "ep_bench_scheduled"
 // response 30 s + 30 s), so the seeded tasks look like its own.
 const taskTimeout = 70 * time.Second
 
-// seedEventID and seedDeliveryID are the i-th seeded ids; the SQL in
-// seedScheduled makes the same ones.
-func seedEventID(i int) string    { return fmt.Sprintf("evt_%026d", i) }
+// seedDeliveryID is the i-th seeded delivery's id; the SQL in seedScheduled
+// makes the same ones.
 func seedDeliveryID(i int) string { return fmt.Sprintf("dlv_%026d", i) }
 
 // seedScheduled writes n events, each with one pending delivery due at due,
