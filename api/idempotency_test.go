@@ -126,6 +126,8 @@ func TestIdempotencyForgets429(t *testing.T) {
 	key := h.newKey("tiny", storage.ProjectPlan{RateLimitPerMinute: 1})
 	expectStatus(t, h.do(req{method: "POST", path: "/v1/events", body: eventBody, idem: "first", key: key}), http.StatusAccepted)
 	r := h.do(req{method: "POST", path: "/v1/events", body: eventBody, idem: "k429", key: key})
+	// A plan change reaches the API when its key's cache entry expires.
+	h.srv = h.newServer(func(c *api.Config) { c.KeyCacheTTL = time.Nanosecond })
 	expectStatus(t, r, http.StatusTooManyRequests)
 	// Lift the plan; the key was not spent by the 429.
 	h.newKey("tiny", storage.ProjectPlan{RateLimitPerMinute: 100000})
@@ -206,15 +208,19 @@ func TestIdempotencyInProgress(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, func(c *api.Config) { c.IdempotencyWait = 300 * time.Millisecond })
 	ctx := context.Background()
-	// Hold the events table so the first request stays in flight.
+	// Insert, uncommitted, an event with the external_id the first request
+	// uses: its own insert then waits for this transaction, after it
+	// claimed the key.
 	tx, err := h.db.Pool().Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, "LOCK TABLE events IN ACCESS EXCLUSIVE MODE"); err != nil {
+	if _, err := tx.Exec(ctx, `INSERT INTO events (id, project_id, type, data, external_id, created_at)
+		SELECT 'evt_HELD', project_id, 'a', '1', 'held', now() FROM api_keys WHERE prefix = $1`, h.key[:8]); err != nil {
 		t.Fatal(err)
 	}
+	const eventBody = `{"type":"a","data":1,"external_id":"held"}`
 	first := make(chan response, 1)
 	go func() { first <- h.do(req{method: "POST", path: "/v1/events", body: eventBody, idem: "slow"}) }()
 	waitFor(t, func() bool { return pgWaiting(t, h) >= 1 }) // the first holds the key and waits on the lock

@@ -17,6 +17,28 @@ import (
 type connTx struct {
 	c      *pgxpool.Conn
 	closed bool
+	// prefix, when set, holds statements (BEGIN and the idempotency
+	// claim) that travel in front of the transaction's first round trip;
+	// readPrefix reads their results, which come first.
+	prefix     *pgx.Batch
+	readPrefix func(pgx.BatchResults) error
+	prefixErr  error // what readPrefix returned
+}
+
+// sendPrefix sends the statements still waiting in front of the
+// transaction alone, when no other round trip took them.
+func (t *connTx) sendPrefix(ctx context.Context) error {
+	if t.prefix == nil {
+		return t.prefixErr
+	}
+	b := t.prefix
+	t.prefix = nil
+	br := t.c.SendBatch(ctx, b)
+	t.prefixErr = t.readPrefix(br)
+	if err := br.Close(); t.prefixErr == nil {
+		t.prefixErr = err
+	}
+	return t.prefixErr
 }
 
 func (t *connTx) committed() { t.closed = true }
@@ -47,12 +69,44 @@ func (t *connTx) Rollback(ctx context.Context) error {
 }
 
 func (t *connTx) CopyFrom(ctx context.Context, table pgx.Identifier, cols []string, src pgx.CopyFromSource) (int64, error) {
+	if err := t.sendPrefix(ctx); err != nil {
+		return 0, err
+	}
 	return t.c.CopyFrom(ctx, table, cols, src)
 }
 
+// SendBatch sends b; the statements waiting in front of the transaction,
+// if any, travel in the same round trip, and their results are read before
+// b's are handed back.
 func (t *connTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	return t.c.SendBatch(ctx, b)
+	if t.prefix == nil {
+		if t.prefixErr != nil {
+			return failedBatch{t.prefixErr}
+		}
+		return t.c.SendBatch(ctx, b)
+	}
+	both := &pgx.Batch{QueuedQueries: append(t.prefix.QueuedQueries[:len(t.prefix.QueuedQueries):len(t.prefix.QueuedQueries)], b.QueuedQueries...)}
+	t.prefix = nil
+	br := t.c.SendBatch(ctx, both)
+	if t.prefixErr = t.readPrefix(br); t.prefixErr != nil {
+		br.Close()
+		return failedBatch{t.prefixErr}
+	}
+	return br
 }
+
+// failedBatch is the result of a batch that could not run.
+type failedBatch struct{ err error }
+
+func (f failedBatch) Exec() (pgconn.CommandTag, error) { return pgconn.CommandTag{}, f.err }
+func (f failedBatch) Query() (pgx.Rows, error)         { return nil, f.err }
+func (f failedBatch) QueryRow() pgx.Row                { return failedRow(f) }
+func (f failedBatch) Close() error                     { return f.err }
+func (f failedBatch) Tx() pgx.Tx                       { return nil }
+
+type failedRow struct{ err error }
+
+func (f failedRow) Scan(...any) error { return f.err }
 
 func (t *connTx) LargeObjects() pgx.LargeObjects { return pgx.LargeObjects{} }
 
@@ -61,14 +115,23 @@ func (t *connTx) Prepare(ctx context.Context, name, sql string) (*pgconn.Stateme
 }
 
 func (t *connTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if err := t.sendPrefix(ctx); err != nil {
+		return pgconn.CommandTag{}, err
+	}
 	return t.c.Exec(ctx, sql, args...)
 }
 
 func (t *connTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if err := t.sendPrefix(ctx); err != nil {
+		return nil, err
+	}
 	return t.c.Query(ctx, sql, args...)
 }
 
 func (t *connTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if err := t.sendPrefix(ctx); err != nil {
+		return failedRow{err}
+	}
 	return t.c.QueryRow(ctx, sql, args...)
 }
 

@@ -37,9 +37,9 @@ func (r StoredResponse) remembered() bool {
 // response in the same transaction as the work fn does through its Store.
 //
 // The record is inserted first in that transaction, so a concurrent repeat
-// blocks on its row until the first commits (it then replays the stored
+// waits for its row until the first commits (it then replays the stored
 // response) or rolls back (it then runs anew). A repeat waits at most wait,
-// then fails with idempotency_key_in_progress. A repeat with another
+// in turns that hold a connection no longer than maxLockTurn, then fails with idempotency_key_in_progress. A repeat with another
 // fingerprint fails with idempotency_key_mismatch. A 4xx response is
 // remembered but the work fn did is rolled back; a 429 or 5xx response, or an
 // error from fn, rolls back everything and releases the key.
@@ -47,18 +47,43 @@ func (r StoredResponse) remembered() bool {
 // replayed is true when the response is a stored one.
 func (db *DB) WithIdempotency(ctx context.Context, k IdempotencyKey, now time.Time, wait time.Duration,
 	fn func(s *Store) (StoredResponse, error)) (resp StoredResponse, replayed bool, err error) {
-	for range 3 {
-		resp, replayed, err = db.tryIdempotent(ctx, k, now, wait, fn)
-		if !errors.Is(err, errRecordVanished) {
+	// A repeat of a request still running waits for its row lock in short
+	// turns and holds no connection between them.
+	deadline := time.Now().Add(wait)
+	pause := 5 * time.Millisecond
+	for vanished := 0; ; {
+		lockWait := min(time.Until(deadline), maxLockTurn)
+		resp, replayed, err = db.tryIdempotent(ctx, k, now, max(lockWait, time.Millisecond), fn)
+		switch {
+		case errors.Is(err, errRecordVanished) && vanished < 2:
+			vanished++
+			continue
+		case !errors.Is(err, errKeyBusy):
 			return resp, replayed, err
+		case time.Until(deadline) <= 0:
+			return StoredResponse{}, false, &webhookd.Error{Code: webhookd.CodeIdempotencyKeyInProgress,
+				Message: "a request with this Idempotency-Key is still in progress; retry later"}
 		}
+		t := time.NewTimer(min(pause, max(time.Until(deadline), 0)))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return StoredResponse{}, false, ctx.Err()
+		case <-t.C:
+		}
+		pause = min(2*pause, 100*time.Millisecond)
 	}
-	return resp, replayed, err
 }
+
+// maxLockTurn is the longest a repeat waits on the first request's row
+// lock while holding a connection; between turns it holds none.
+const maxLockTurn = 10 * time.Millisecond
+
+var errKeyBusy = errors.New("idempotency key held by a running request")
 
 var errRecordVanished = errors.New("idempotency record vanished between conflict and read")
 
-func (db *DB) tryIdempotent(ctx context.Context, k IdempotencyKey, now time.Time, wait time.Duration,
+func (db *DB) tryIdempotent(ctx context.Context, k IdempotencyKey, now time.Time, lockWait time.Duration,
 	fn func(s *Store) (StoredResponse, error)) (StoredResponse, bool, error) {
 	conn, err := db.pool.Acquire(ctx)
 	if err != nil {
@@ -68,16 +93,16 @@ func (db *DB) tryIdempotent(ctx context.Context, k IdempotencyKey, now time.Time
 	tx := &connTx{c: conn}
 	defer tx.Rollback(context.WithoutCancel(ctx))
 
-	// Begin, claim the key, waiting at most wait for a concurrent holder,
-	// and set the savepoint the work runs after (a 4xx can undo the work
-	// and keep the record; no lock timeout applies to the work): one round
-	// trip. When the key is not ours, the savepoint is made for nothing and
-	// rolled back with the rest.
+	// Begin, claim the key, waiting at most lockWait for a concurrent
+	// holder, and set the savepoint the work runs after (a 4xx can undo the
+	// work and keep the record; no lock timeout applies to the work). These
+	// travel in front of the work's first round trip; if the key turns out
+	// not to be ours, what the work did in between is rolled back unseen.
 	var mine bool
-	batch := &pgx.Batch{}
-	batch.Queue("BEGIN")
-	batch.Queue(fmt.Sprintf("SET LOCAL lock_timeout = %d", max(wait.Milliseconds(), 1)))
-	batch.Queue(`
+	claim := &pgx.Batch{}
+	claim.Queue("BEGIN")
+	claim.Queue(fmt.Sprintf("SET LOCAL lock_timeout = %d", max(lockWait.Milliseconds(), 1)))
+	claim.Queue(`
 		INSERT INTO idempotency_records (project_id, key, fingerprint, created_at, expires_at)
 		VALUES ($1, $2, $3, $4, $5)
 		ON CONFLICT (project_id, key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint,
@@ -85,39 +110,49 @@ func (db *DB) tryIdempotent(ctx context.Context, k IdempotencyKey, now time.Time
 			created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
 		WHERE idempotency_records.expires_at <= EXCLUDED.created_at
 		RETURNING true`, k.ProjectID, k.Key, k.Fingerprint[:], now, now.Add(k.TTL))
-	batch.Queue("SET LOCAL lock_timeout = 0")
-	batch.Queue("SAVEPOINT work")
-	br := tx.SendBatch(ctx, batch)
-	_, err = br.Exec()
-	if err == nil {
-		_, err = br.Exec()
+	claim.Queue("SET LOCAL lock_timeout = 0")
+	claim.Queue("SAVEPOINT work")
+	tx.prefix = claim
+	tx.readPrefix = func(br pgx.BatchResults) error {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		switch err := br.QueryRow().Scan(&mine); {
+		case errors.Is(err, pgx.ErrNoRows): // someone else's record; the rest runs in vain
+		case err != nil:
+			return err
+		}
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		_, err := br.Exec()
+		return err
 	}
-	if err == nil {
-		err = br.QueryRow().Scan(&mine)
+	claimed := func() (ok bool, err error) {
+		err = tx.sendPrefix(ctx) // no-op when the work's first round trip took it
+		switch code, _ := pgCode(err); {
+		case code == "55P03": // lock_not_available: the first request is still running
+			return false, errKeyBusy
+		case err != nil:
+			return false, fmt.Errorf("claim idempotency key: %w", err)
+		}
+		return mine, nil
 	}
-	if err == nil {
-		_, err = br.Exec()
-	}
-	if err == nil {
-		_, err = br.Exec()
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	switch code, _ := pgCode(err); {
-	case code == "55P03": // lock_not_available: the first request is still running
-		return StoredResponse{}, false, &webhookd.Error{Code: webhookd.CodeIdempotencyKeyInProgress,
-			Message: "a request with this Idempotency-Key is still in progress; retry later"}
-	case errors.Is(err, pgx.ErrNoRows):
-		tx.Rollback(ctx)
-		return db.storedResponse(ctx, k)
-	case err != nil:
-		return StoredResponse{}, false, fmt.Errorf("claim idempotency key: %w", err)
-	}
+
 	// Writes of the work whose results nobody reads travel with the stored
 	// response and the commit, in one round trip.
 	later := &pgx.Batch{}
 	resp, err := fn(&Store{q: tx, tx: tx, later: later})
+	switch ok, cerr := claimed(); {
+	case cerr != nil:
+		return StoredResponse{}, false, cerr
+	case !ok:
+		tx.Rollback(ctx)
+		return db.storedResponse(ctx, k)
+	}
 	if err != nil || !resp.remembered() {
 		return resp, false, err
 	}

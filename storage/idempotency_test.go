@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/internal/testenv"
 	"github.com/webhookd/webhookd/storage"
 )
@@ -60,5 +61,68 @@ func TestIdempotencyLeavesNoTransactionOpen(t *testing.T) {
 	db.Pool().QueryRow(ctx, `SELECT count(*) FROM idempotency_records WHERE status_code IS NOT NULL`).Scan(&stored)
 	if stored != 2 { // ok (202) and bad (400); 503 and the error are forgotten
 		t.Fatalf("%d records stored, want 2", stored)
+	}
+}
+
+// TestIdempotentRepeatWaitsWithoutAConnection: a repeat of a request still
+// running waits for it and replays its response, and holds no pool
+// connection while it waits (SPEC §2; issue 10).
+func TestIdempotentRepeatWaitsWithoutAConnection(t *testing.T) {
+	t.Parallel()
+	db := testenv.DB(t)
+	ctx := context.Background()
+	_, p, err := db.Store().CreateAPIKey(ctx, "p", storage.ProjectPlan{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := storage.IdempotencyKey{ProjectID: p.ID, Key: "slow", TTL: time.Hour, Fingerprint: [32]byte{1}}
+	inside, release := make(chan struct{}), make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		_, _, err := db.WithIdempotency(ctx, k, time.Now(), time.Second, func(s *storage.Store) (storage.StoredResponse, error) {
+			// A statement of the work, so the claim has gone out with it.
+			if _, err := s.ProjectByAPIKey(ctx, "no such key"); !errors.Is(err, webhookd.ErrNotFound) {
+				return storage.StoredResponse{}, err
+			}
+			close(inside)
+			<-release
+			return storage.StoredResponse{StatusCode: 202, ContentType: "application/json", Body: []byte(`{"n":1}`)}, nil
+		})
+		first <- err
+	}()
+	<-inside
+	type answer struct {
+		resp     storage.StoredResponse
+		replayed bool
+		err      error
+	}
+	second := make(chan answer, 1)
+	go func() {
+		resp, replayed, err := db.WithIdempotency(ctx, k, time.Now(), 10*time.Second, func(*storage.Store) (storage.StoredResponse, error) {
+			return storage.StoredResponse{StatusCode: 202, Body: []byte(`{"n":2}`)}, nil
+		})
+		second <- answer{resp, replayed, err}
+	}()
+	// While the repeat waits, most of the time only the first request's
+	// connection is taken: sample the pool for a while.
+	deadline := time.Now().Add(500 * time.Millisecond)
+	var samples, busy int
+	for time.Now().Before(deadline) {
+		samples++
+		if db.Pool().Stat().AcquiredConns() > 1 {
+			busy++
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	a := <-second
+	if a.err != nil || !a.replayed || string(a.resp.Body) != `{"n":1}` {
+		t.Fatalf("repeat: %+v, want a replay of the first response", a)
+	}
+	if busy*2 > samples {
+		t.Fatalf("the waiting repeat held a connection in %d of %d samples", busy, samples)
 	}
 }
