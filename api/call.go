@@ -7,8 +7,10 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/storage"
@@ -39,18 +41,16 @@ func (s *Server) handle(pattern string, h func(http.ResponseWriter, *http.Reques
 	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		c := &call{r: r, ctx: r.Context(), requestID: storage.NewRequestID(), header: http.Header{}}
 		w.Header().Set("X-Request-Id", c.requestID)
-		project, authErr := s.authenticate(r)
-		key, limit := "ip:"+clientIP(r), 6000
+		project, authErr, limited := s.authenticate(w, c)
+		if limited {
+			return
+		}
 		if authErr == nil {
 			c.project = project
-			key, limit = "prj:"+project.ID, project.RateLimitPerMinute
-		}
-		res := s.limiter.allow(r.Context(), key, limit, s.clock.Now())
-		res.setHeaders(w.Header())
-		if !res.allowed {
-			w.Header().Set("Retry-After", strconv.Itoa(res.retryAfterSeconds()))
-			s.fail(w, c, &webhookd.Error{Code: webhookd.CodeRateLimited, Message: "rate limit exceeded; retry after the time in Retry-After"})
-			return
+			res := s.limiter.allow(r.Context(), "prj:"+project.ID, project.RateLimitPerMinute, s.clock.Now())
+			if !s.admit(w, c, res) {
+				return
+			}
 		}
 		if authErr != nil {
 			s.fail(w, c, authErr)
@@ -60,18 +60,58 @@ func (s *Server) handle(pattern string, h func(http.ResponseWriter, *http.Reques
 	})
 }
 
-// authenticate resolves the Bearer key to its project.
-func (s *Server) authenticate(r *http.Request) (webhookd.Project, error) {
+// authenticate resolves the Bearer key to its project. A key the cache
+// does not know, or knows to be bad, is first charged to the client's
+// address, so a flood of bad keys costs no PostgreSQL query once that
+// address is over its limit; limited is true when the answer (429) is
+// written already.
+func (s *Server) authenticate(w http.ResponseWriter, c *call) (p webhookd.Project, err error, limited bool) {
 	unauthorized := &webhookd.Error{Code: webhookd.CodeUnauthorized, Message: "missing or invalid API key; send Authorization: Bearer <key>"}
-	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || token == "" {
-		return webhookd.Project{}, unauthorized
+	byAddress := func() bool {
+		return !s.admit(w, c, s.limiter.allow(c.ctx, "ip:"+s.clientIP(c.r), s.cfg.UnauthenticatedRateLimit, s.clock.Now()))
 	}
-	p, err := s.db.Store().ProjectByAPIKey(r.Context(), strings.TrimSpace(token))
-	if errors.Is(err, webhookd.ErrNotFound) {
-		return webhookd.Project{}, unauthorized
+	token, ok := bearerToken(c.r)
+	if !ok {
+		return p, unauthorized, byAddress()
 	}
-	return p, err
+	hash := keyHash(token)
+	if e, ok := s.keys.get(hash, time.Now()); ok {
+		if !e.found {
+			return p, unauthorized, byAddress()
+		}
+		return e.project, nil, false
+	}
+	if byAddress() {
+		return p, nil, true
+	}
+	p, found, err := s.lookupKey(c.ctx, token)
+	if err == nil && !found {
+		err = unauthorized
+	}
+	return p, err, false
+}
+
+// admit writes the rate-limit headers of res and, when it refuses, the
+// 429; it reports whether the request may go on.
+func (s *Server) admit(w http.ResponseWriter, c *call, res rateResult) bool {
+	res.setHeaders(w.Header())
+	if res.allowed {
+		return true
+	}
+	w.Header().Set("Retry-After", strconv.Itoa(res.retryAfterSeconds()))
+	s.fail(w, c, &webhookd.Error{Code: webhookd.CodeRateLimited, Message: "rate limit exceeded; retry after the time in Retry-After"})
+	return false
+}
+
+// bearerToken returns the credentials of an Authorization header of the
+// Bearer scheme, whose name is case-insensitive (RFC 9110 §11.1).
+func bearerToken(r *http.Request) (string, bool) {
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	token = strings.TrimSpace(token)
+	return token, token != ""
 }
 
 // fail writes err as an error response, logging it when it is internal.
@@ -140,6 +180,7 @@ func (s *Server) finish(w http.ResponseWriter, c *call, h handlerFunc) {
 	}
 	writeBody(w, status, body)
 	if c.afterCommit != nil && status < 300 {
+		http.NewResponseController(w).Flush() // the client need not wait for the queue
 		c.afterCommit(context.WithoutCancel(c.ctx))
 	}
 }
@@ -185,6 +226,7 @@ func (s *Server) idempotent(limit int64, h handlerFunc) func(http.ResponseWriter
 		w.WriteHeader(resp.StatusCode)
 		w.Write(resp.Body)
 		if !replayed && c.afterCommit != nil && resp.StatusCode < 300 {
+			http.NewResponseController(w).Flush() // the client need not wait for the queue
 			c.afterCommit(context.WithoutCancel(c.ctx))
 		}
 	}
@@ -220,11 +262,39 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 	return body, nil
 }
 
-// clientIP is the remote address without its port.
-func clientIP(r *http.Request) string {
-	host := r.RemoteAddr
-	if i := strings.LastIndexByte(host, ':'); i > 0 {
-		host = host[:i]
+// clientIP is the address a request came from: the peer's, or, when the
+// peer is a proxy listed in Config.TrustedProxies, the nearest address in
+// X-Forwarded-For that is not such a proxy.
+func (s *Server) clientIP(r *http.Request) string {
+	addr, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
 	}
-	return host
+	ip := addr.Addr().Unmap()
+	if !s.trusted(ip) {
+		return ip.String()
+	}
+	hops := r.Header.Values("X-Forwarded-For")
+	for i := len(hops) - 1; i >= 0; i-- {
+		list := strings.Split(hops[i], ",")
+		for j := len(list) - 1; j >= 0; j-- {
+			hop, err := netip.ParseAddr(strings.TrimSpace(list[j]))
+			if err != nil {
+				return ip.String() // a malformed chain is not followed past this proxy
+			}
+			if ip = hop.Unmap(); !s.trusted(ip) {
+				return ip.String()
+			}
+		}
+	}
+	return ip.String()
+}
+
+func (s *Server) trusted(ip netip.Addr) bool {
+	for _, p := range s.cfg.TrustedProxies {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	return false
 }

@@ -97,6 +97,7 @@ func (h *harness) newServer(opts ...option) *httptest.Server {
 	if err != nil {
 		h.t.Fatal(err)
 	}
+	h.t.Cleanup(s.Close)
 	srv := httptest.NewServer(s)
 	h.t.Cleanup(srv.Close)
 	return srv

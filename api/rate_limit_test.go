@@ -128,6 +128,7 @@ func TestRateLimitFailsOpenWithoutRedis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(srv.Close)
 	down := httptest.NewServer(srv)
 	t.Cleanup(down.Close)
 	key := h.newKey("tiny", storage.ProjectPlan{RateLimitPerMinute: 1})

@@ -5,10 +5,12 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -41,6 +43,18 @@ type Config struct {
 	// RateLimitPrefix prefixes the Redis keys of the limiter; default
 	// "webhookd:ratelimit:".
 	RateLimitPrefix string
+	// KeyCacheTTL is how long an API key's project (or its absence) is
+	// reused without asking PostgreSQL; default DefaultKeyCacheTTL. A
+	// revocation announced with PublishKeyRevoked applies at once.
+	KeyCacheTTL time.Duration
+	// UnauthenticatedRateLimit is the limit per minute per client address
+	// on requests whose key is missing, bad, or not yet in the key cache
+	// (before PostgreSQL is asked); default 6000.
+	UnauthenticatedRateLimit int
+	// TrustedProxies are the proxies whose X-Forwarded-For names the
+	// client address the unauthenticated rate limit counts by; default
+	// none (the peer address counts).
+	TrustedProxies []netip.Prefix
 	// RedisTimeout bounds each limiter call so a slow Redis cannot stall the
 	// API; default 250ms.
 	RedisTimeout time.Duration
@@ -68,6 +82,12 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.RateLimitPrefix == "" {
 		c.RateLimitPrefix = "webhookd:ratelimit:"
+	}
+	if c.UnauthenticatedRateLimit == 0 {
+		c.UnauthenticatedRateLimit = 6000
+	}
+	if c.KeyCacheTTL == 0 {
+		c.KeyCacheTTL = DefaultKeyCacheTTL
 	}
 	if c.RedisTimeout == 0 {
 		c.RedisTimeout = 250 * time.Millisecond
@@ -99,6 +119,8 @@ type Server struct {
 	log     *slog.Logger
 	clock   webhookd.Clock
 	limiter *rateLimiter
+	keys    *keyCache
+	stop    context.CancelFunc // ends the key-revocation watch
 	mux     *http.ServeMux
 	// patterns are the routes registered, in order (for the test that
 	// holds them and the OpenAPI document together).
@@ -111,14 +133,21 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, db: cfg.DB, log: cfg.Logger, clock: cfg.Clock, mux: http.NewServeMux()}
+	s := &Server{cfg: cfg, db: cfg.DB, log: cfg.Logger, clock: cfg.Clock, mux: http.NewServeMux(), keys: newKeyCache()}
 	var err error
 	if s.limiter, err = newRateLimiter(cfg.Redis, cfg.RateLimitPrefix, cfg.RedisTimeout, cfg.Logger, cfg.Metrics); err != nil {
 		return nil, err
 	}
 	s.routes()
+	ctx, stop := context.WithCancel(context.Background())
+	s.stop = stop
+	go watchRevocations(ctx, cfg.Redis, s.keys, s.log)
 	return s, nil
 }
+
+// Close stops the Server's background work (the watch for key
+// revocations announced by other processes).
+func (s *Server) Close() { s.stop() }
 
 // ServeHTTP serves the API.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/netip"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -28,6 +30,27 @@ type Config struct {
 	DatabaseMaxConns     int           // WEBHOOKD_DATABASE_MAX_CONNS; 20
 	ReconcileInterval    time.Duration // WEBHOOKD_RECONCILE_INTERVAL; 5s
 	LogLevel             string        // WEBHOOKD_LOG_LEVEL; info
+	TrustedProxies       string        // WEBHOOKD_TRUSTED_PROXIES; none (comma-separated CIDRs or addresses)
+}
+
+// trustedProxies parses TrustedProxies; Validate reports its errors.
+func (c Config) trustedProxies() ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, f := range strings.Split(c.TrustedProxies, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		if a, err := netip.ParseAddr(f); err == nil {
+			out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+			continue
+		}
+		p, err := netip.ParsePrefix(f)
+		if err != nil {
+			return nil, fmt.Errorf("WEBHOOKD_TRUSTED_PROXIES: %q is neither an address nor a CIDR prefix", f)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
 }
 
 // DefaultConfig returns the documented defaults.
@@ -56,6 +79,10 @@ func (c Config) Validate() error {
 	switch {
 	case c.DatabaseURL == "":
 		return errors.New("WEBHOOKD_DATABASE_URL is required")
+	case c.TrustedProxies != "":
+		if _, err := c.trustedProxies(); err != nil {
+			return err
+		}
 	case c.RedisURL == "":
 		return errors.New("WEBHOOKD_REDIS_URL is required")
 	case c.ConnectTimeout <= 0:
@@ -120,6 +147,8 @@ func (c *Config) bind(fs *flag.FlagSet, getenv func(string) string) func() error
 	str(&c.AdminToken, "admin-token", "WEBHOOKD_ADMIN_TOKEN", "dashboard admin token")
 	str(&c.RetrySchedule, "retry-schedule", "WEBHOOKD_RETRY_SCHEDULE", "delays between attempts")
 	str(&c.LogLevel, "log-level", "WEBHOOKD_LOG_LEVEL", "debug, info, warn or error")
+	str(&c.TrustedProxies, "trusted-proxies", "WEBHOOKD_TRUSTED_PROXIES",
+		"proxies (addresses or CIDRs, comma-separated) whose X-Forwarded-For is believed")
 	if v := getenv("WEBHOOKD_ALLOW_PRIVATE_NETWORKS"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {

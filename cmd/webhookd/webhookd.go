@@ -130,9 +130,13 @@ func (m *Main) Start(ctx context.Context, roles Roles) error {
 		m.Logger.Info("worker started", "concurrency", m.Config.WorkerConcurrency, "schedule", m.Config.RetrySchedule)
 	}
 	if roles.API {
+		proxies, err := m.Config.trustedProxies()
+		if err != nil {
+			return err
+		}
 		srv, err := api.New(api.Config{DB: m.DB, Redis: m.Redis, Enqueuer: m.Queue, Logger: m.Logger, Metrics: m.Registry,
 			MaxPayloadBytes: m.Config.MaxPayloadBytes, MaxBatchBytes: m.Config.MaxBatchBytes,
-			AllowPrivateNetworks: m.Config.AllowPrivateNetworks})
+			AllowPrivateNetworks: m.Config.AllowPrivateNetworks, TrustedProxies: proxies})
 		if err != nil {
 			return err
 		}
@@ -230,6 +234,9 @@ func (m *Main) Shutdown(ctx context.Context) error {
 		errs = append(errs, s.Shutdown(ctx))
 	}
 	m.servers = nil
+	if m.API != nil {
+		m.API.Close()
+	}
 	if m.Worker != nil {
 		m.Worker.Stop()
 		m.Worker = nil
@@ -241,6 +248,9 @@ func (m *Main) Shutdown(ctx context.Context) error {
 func (m *Main) Close() {
 	for _, s := range m.servers {
 		s.Close()
+	}
+	if m.API != nil {
+		m.API.Close()
 	}
 	if m.Worker != nil {
 		m.Worker.Stop()
