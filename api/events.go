@@ -88,6 +88,10 @@ func (s *Server) ingest(c *call, evs []storage.NewEvent, batch bool) ([]webhookd
 	return out, nil
 }
 
+// enqueueDeadline bounds handing a request's deliveries to the queue: a
+// slow Redis delays them until the reconciler's next pass, never the API.
+const enqueueDeadline = 2 * time.Second
+
 // enqueue hands new deliveries to the queue. A failure only delays them:
 // they are in PostgreSQL, and the reconciler enqueues what is due.
 func (s *Server) enqueue(ctx context.Context, now time.Time, evs []webhookd.Event) {
@@ -103,6 +107,8 @@ func (s *Server) enqueue(ctx context.Context, now time.Time, evs []webhookd.Even
 	if len(due) == 0 {
 		return
 	}
+	ctx, cancel := context.WithTimeout(ctx, enqueueDeadline)
+	defer cancel()
 	if err := s.cfg.Enqueuer.Enqueue(ctx, due...); err != nil {
 		s.log.Warn("enqueue after ingest failed; the reconciler will pick the deliveries up", "deliveries", len(due), "err", err)
 	}

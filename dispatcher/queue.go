@@ -1,10 +1,13 @@
 package dispatcher
 
 import (
+	"sync"
+
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"golang.org/x/sync/errgroup"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -52,14 +55,35 @@ func NewQueue(rdb redis.UniversalClient, queue string, taskTimeout time.Duration
 // with TaskID = delivery id, so a delivery can never have two live tasks.
 // A delivery already queued is not an error.
 func (q *Queue) Enqueue(ctx context.Context, ds ...webhookd.ScheduledDelivery) error {
-	var errs []error
-	for _, d := range ds {
-		if err := q.enqueue(ctx, d.ID, deliveryTask{DeliveryID: d.ID, EndpointID: d.EndpointID}, d.DueAt); err != nil {
-			errs = append(errs, err)
-		}
+	if len(ds) == 1 {
+		d := ds[0]
+		return q.enqueue(ctx, d.ID, deliveryTask{DeliveryID: d.ID, EndpointID: d.EndpointID}, d.DueAt)
 	}
+	// asynq v0.26 enqueues one task per round trip; many travel side by
+	// side instead of one after another.
+	var (
+		mu   sync.Mutex
+		errs []error
+		g    errgroup.Group
+	)
+	g.SetLimit(enqueueParallelism)
+	for _, d := range ds {
+		g.Go(func() error {
+			if err := q.enqueue(ctx, d.ID, deliveryTask{DeliveryID: d.ID, EndpointID: d.EndpointID}, d.DueAt); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+			return nil
+		})
+	}
+	g.Wait()
 	return errors.Join(errs...)
 }
+
+// enqueueParallelism bounds the enqueues of one Enqueue call in flight at
+// once (the Redis client's pool is 10 connections per CPU).
+const enqueueParallelism = 8
 
 // EnqueueManual schedules the redelivery requestID of a delivery now, beside
 // any automatic task it has. The request must be recorded in PostgreSQL
