@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -38,6 +39,10 @@ func createDatabase(ctx context.Context, adminURL, name string) (*benchDatabase,
 
 // Drop removes the database, closing whatever connections are left.
 func (d *benchDatabase) Drop() error {
+	if os.Getenv("WEBHOOKD_BENCH_KEEP_DATABASES") != "" {
+		fmt.Fprintf(os.Stderr, "webhookd-bench: kept database %s (WEBHOOKD_BENCH_KEEP_DATABASES)\n", d.Name)
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, d.adminURL)

@@ -39,7 +39,12 @@ type Options struct {
 	SteadyRate     int           // -steady-rate; 500 events/s
 	SteadyDuration time.Duration // -steady-duration; 20s
 
-	ScheduledCount int // -scheduled-count; 1000000
+	ScheduledCount     int // -scheduled-count; 1000000
+	IngestEvents       int // -ingest-events; 30000
+	IngestClients      int // -ingest-clients; 16
+	IngestBatchEvents  int // -ingest-batch-events; 200000
+	IngestBatchSize    int // -ingest-batch-size; 1000
+	IngestBatchClients int // -ingest-batch-clients; 4
 
 	MaxInFlight       int // -max-in-flight; 100 (burst and steady endpoints; 0: never sent)
 	WorkerConcurrency int // -worker-concurrency; 0: webhookd's default
@@ -52,7 +57,7 @@ type Options struct {
 const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 
 // scenarioNames lists every scenario in the order they run.
-var scenarioNames = []string{"burst", "slow", "noisy", "steady", "scheduled"}
+var scenarioNames = []string{"burst", "slow", "noisy", "steady", "scheduled", "ingest", "ingest-batch"}
 
 // bind registers every option on fs with its default.
 func (o *Options) bind(fs *flag.FlagSet) {
@@ -76,6 +81,11 @@ func (o *Options) bind(fs *flag.FlagSet) {
 	fs.IntVar(&o.SteadyRate, "steady-rate", 500, "steady: events per second")
 	fs.DurationVar(&o.SteadyDuration, "steady-duration", 20*time.Second, "steady: how long events are sent")
 	fs.IntVar(&o.ScheduledCount, "scheduled-count", 1000000, "scheduled: deliveries scheduled an hour ahead")
+	fs.IntVar(&o.IngestEvents, "ingest-events", 30000, "ingest: events, one per POST")
+	fs.IntVar(&o.IngestClients, "ingest-clients", 16, "ingest: concurrent clients")
+	fs.IntVar(&o.IngestBatchEvents, "ingest-batch-events", 200000, "ingest-batch: events")
+	fs.IntVar(&o.IngestBatchSize, "ingest-batch-size", 1000, "ingest-batch: events per batch request")
+	fs.IntVar(&o.IngestBatchClients, "ingest-batch-clients", 4, "ingest-batch: concurrent clients")
 	fs.IntVar(&o.MaxInFlight, "max-in-flight", 100,
 		"max_in_flight sent for the burst and steady endpoints, so the per-endpoint cap is not what they measure (0: not sent)")
 	fs.IntVar(&o.WorkerConcurrency, "worker-concurrency", 0, "WEBHOOKD_WORKER_CONCURRENCY for every run (0: webhookd's default)")
@@ -105,15 +115,17 @@ func (o *Options) Validate() error {
 	positive := map[string]int{"-runs": o.Runs, "-ceiling-tasks": o.CeilingTasks, "-burst-events": o.BurstEvents,
 		"-burst-batch": o.BurstBatch, "-burst-clients": o.BurstClients, "-slow-deliveries": o.SlowDeliveries,
 		"-slow-endpoints": o.SlowEndpoints, "-noisy-hang-events": o.NoisyHangEvents, "-noisy-rate": o.NoisyRate,
-		"-steady-rate": o.SteadyRate, "-scheduled-count": o.ScheduledCount}
+		"-steady-rate": o.SteadyRate, "-scheduled-count": o.ScheduledCount,
+		"-ingest-events": o.IngestEvents, "-ingest-clients": o.IngestClients, "-ingest-batch-events": o.IngestBatchEvents,
+		"-ingest-batch-size": o.IngestBatchSize, "-ingest-batch-clients": o.IngestBatchClients}
 	for name, v := range positive {
 		if v < 1 {
 			return fmt.Errorf("%s must be at least 1", name)
 		}
 	}
 	switch {
-	case o.BurstBatch > 1000:
-		return errors.New("-burst-batch must be at most 1000 (the API's batch limit)")
+	case o.BurstBatch > 1000 || o.IngestBatchSize > 1000:
+		return errors.New("-burst-batch and -ingest-batch-size must be at most 1000 (the API's batch limit)")
 	case o.NoisyDuration <= 0 || o.SteadyDuration <= 0:
 		return errors.New("-noisy-duration and -steady-duration must be positive")
 	case o.StallTimeout <= 0 || o.MaxWait <= 0:

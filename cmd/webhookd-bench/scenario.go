@@ -21,9 +21,11 @@ type result struct {
 
 // scenarios are all of them, by name.
 var scenarios = map[string]scenario{
-	"burst":     burstScenario,
-	"slow":      slowScenario,
-	"noisy":     noisyScenario,
-	"steady":    steadyScenario,
-	"scheduled": scheduledScenario,
+	"burst":        burstScenario,
+	"slow":         slowScenario,
+	"noisy":        noisyScenario,
+	"steady":       steadyScenario,
+	"scheduled":    scheduledScenario,
+	"ingest":       ingestScenario,
+	"ingest-batch": ingestBatchScenario,
 }

@@ -1,0 +1,142 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+)
+
+// ingestScenario: single-event POSTs (each with its own Idempotency-Key,
+// rate limiting on) from a fixed pool of clients as fast as the API answers
+// them, to one instant endpoint that must keep pace.
+var ingestScenario = scenario{
+	Name: "ingest",
+	Title: func(o *Options) string {
+		return fmt.Sprintf("one instant endpoint on type bench.ingest; %s events, one per POST with an Idempotency-Key, "+
+			"from %d clients as fast as the API answers; POSTs/s over the posting, request latency, and deliveries/s "+
+			"from the first POST to the last receipt", thousands(float64(o.IngestEvents)), o.IngestClients)
+	},
+	Run: runIngest,
+}
+
+// ingestBatchScenario: the same through POST /v1/events/batch.
+var ingestBatchScenario = scenario{
+	Name: "ingest-batch",
+	Title: func(o *Options) string {
+		return fmt.Sprintf("one instant endpoint on type bench.ingest; %s events in batches of %d from %d clients as fast "+
+			"as the API answers; events accepted/s over the posting (the deliveries drain afterwards and are checked)",
+			thousands(float64(o.IngestBatchEvents)), o.IngestBatchSize, o.IngestBatchClients)
+	},
+	Run: runIngestBatch,
+}
+
+func runIngest(ctx context.Context, o *Options, seq int) (result, error) {
+	s, p, note, err := startIngest(ctx, o, seq)
+	if err != nil {
+		return result{}, err
+	}
+	defer s.Close()
+	next := make(chan int, o.IngestEvents)
+	for i := range o.IngestEvents {
+		next <- i
+	}
+	close(next)
+	var (
+		accepted atomic.Int64
+		mu       sync.Mutex
+		took     []float64 // request latency, ms
+	)
+	g, gctx := errgroup.WithContext(ctx)
+	start := time.Now()
+	for range o.IngestClients {
+		g.Go(func() error {
+			var mine []float64
+			defer func() { mu.Lock(); took = append(took, mine...); mu.Unlock() }()
+			for i := range next {
+				p.ledger.Start()
+				t0 := time.Now()
+				id, at, err := p.api.PostEvent(gctx, p.make(i))
+				if errors.Is(err, errRefused) {
+					continue
+				}
+				if err != nil {
+					return err
+				}
+				mine = append(mine, float64(at.Sub(t0).Microseconds())/1000)
+				p.ledger.Accept([]string{id}, at, p.targets)
+				accepted.Add(1)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return result{}, err
+	}
+	posting := time.Since(start)
+	if err := waitDelivered(ctx, s.recv, p.targets, p.ledger.Expected(), o.StallTimeout, o.MaxWait); err != nil {
+		return result{}, err
+	}
+	st := p.ledger.Stats(s.recv)
+	common, err := s.common(st, info)
+	if err != nil {
+		return result{}, err
+	}
+	slices.Sort(took)
+	figs := []figure{
+		{Name: "POSTs/s", Unit: perSecond, Value: float64(accepted.Load()) / posting.Seconds(), Target: atLeast(3000, perSecond), Throughput: true},
+		{Name: "request p50", Unit: milliseconds, Value: percentile(took, 0.50), Target: info},
+		{Name: "request p99", Unit: milliseconds, Value: percentile(took, 0.99), Target: below(25, milliseconds)},
+		{Name: "deliveries/s", Unit: perSecond, Value: st.Rate(), Target: info, Throughput: true},
+	}
+	return result{Figures: append(figs, common...), Notes: []string{note}}, nil
+}
+
+func runIngestBatch(ctx context.Context, o *Options, seq int) (result, error) {
+	s, p, note, err := startIngest(ctx, o, seq)
+	if err != nil {
+		return result{}, err
+	}
+	defer s.Close()
+	start := time.Now()
+	if err := p.Batches(ctx, o.IngestBatchEvents, o.IngestBatchSize, o.IngestBatchClients); err != nil {
+		return result{}, err
+	}
+	posting := time.Since(start)
+	accepted := p.ledger.Expected()
+	if err := waitDelivered(ctx, s.recv, p.targets, accepted, o.StallTimeout, o.MaxWait); err != nil {
+		return result{}, err
+	}
+	st := p.ledger.Stats(s.recv)
+	common, err := s.common(st, info)
+	if err != nil {
+		return result{}, err
+	}
+	figs := []figure{
+		{Name: "events accepted/s", Unit: perSecond, Value: float64(accepted) / posting.Seconds(), Target: atLeast(30000, perSecond), Throughput: true},
+		{Name: "deliveries/s", Unit: perSecond, Value: st.Rate(), Target: info, Throughput: true},
+	}
+	return result{Figures: append(figs, common...), Notes: []string{note}}, nil
+}
+
+// startIngest starts the stack with one instant endpoint on bench.ingest.
+func startIngest(ctx context.Context, o *Options, seq int) (*stack, poster, string, error) {
+	s, err := startStack(ctx, o, seq)
+	if err != nil {
+		return nil, poster{}, "", err
+	}
+	note, err := s.createEndpoints(ctx, []endpoint{
+		{name: "ingest", behaviour: instant, eventType: "bench.ingest", maxInFlight: o.MaxInFlight}})
+	if err != nil {
+		s.Close()
+		return nil, poster{}, "", err
+	}
+	p := poster{api: s.api, ledger: &ledger{}, targets: []string{"ingest"},
+		make: func(i int) eventIn { return eventIn{Type: "bench.ingest", Data: map[string]int{"n": i}} }}
+	return s, p, note, nil
+}
