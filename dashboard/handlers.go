@@ -139,7 +139,7 @@ func (s *Server) deliveryPage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	v := deliveryView{D: d, Payload: prettyJSON(d.EventData), Now: s.cfg.Clock.Now()}
+	v := deliveryView{D: d, Payload: prettyJSON(d.EventData), Now: s.cfg.Clock.Now(), CanInspect: s.cfg.Inspector != nil}
 	if f, ok := redeliveryFlash[r.URL.Query().Get("redelivery")]; ok {
 		v.Flash, v.FlashKind = f.text, f.kind
 	}

@@ -73,11 +73,12 @@ type deliveriesView struct {
 }
 
 type deliveryView struct {
-	D         storage.DeliveryDetail
-	Payload   string // pretty JSON
-	Now       time.Time
-	Flash     string
-	FlashKind string // ok or error
+	D          storage.DeliveryDetail
+	CanInspect bool   // the Send to inspector button
+	Payload    string // pretty JSON
+	Now        time.Time
+	Flash      string
+	FlashKind  string // ok or error
 }
 
 func deliveryPath(id string) string { return "/deliveries/" + url.PathEscape(id) }
