@@ -194,8 +194,8 @@ func TestSignatureMatchesWhatTheDispatcherSigns(t *testing.T) {
 	}
 	for _, c := range []struct {
 		secret, id, ts, header string
-		body               []byte
-		want               bool
+		body                   []byte
+		want                   bool
 	}{
 		{cur, "evt_1", "1700000000", both, body, true},
 		{prev, "evt_1", "1700000000", both, body, true},
