@@ -52,6 +52,13 @@ type Config struct {
 	// keeps; default 1 MiB.
 	InspectorKeep    int
 	InspectorMaxBody int64
+	// ChartWindow is the span of the deliveries page's overview chart;
+	// default 24h. ChartSettle is how old a minute must be before the
+	// chart's rollup keeps its counts: longer than an attempt can take to
+	// be recorded; default 5m (an attempt takes at most 85 s with the
+	// default timeouts).
+	ChartWindow time.Duration
+	ChartSettle time.Duration
 }
 
 // WithDefaults fills zero values.
@@ -77,6 +84,12 @@ func (c Config) WithDefaults() Config {
 	if c.FailedLoginEvery == 0 {
 		c.FailedLoginEvery = 12 * time.Second
 	}
+	if c.ChartWindow == 0 {
+		c.ChartWindow = 24 * time.Hour
+	}
+	if c.ChartSettle == 0 {
+		c.ChartSettle = 5 * time.Minute
+	}
 	if c.InspectorKeep == 0 {
 		c.InspectorKeep = 100
 	}
@@ -97,6 +110,10 @@ func (c Config) Validate() error {
 		return errors.New("dashboard: PageSize must be 1–500")
 	case c.InspectorKeep < 1 || c.InspectorKeep > 1000:
 		return errors.New("dashboard: InspectorKeep must be 1–1000")
+	case c.ChartWindow < 10*time.Minute || c.ChartWindow > 7*24*time.Hour:
+		return errors.New("dashboard: ChartWindow must be 10m–168h")
+	case c.ChartSettle < 0:
+		return errors.New("dashboard: ChartSettle must not be negative")
 	case c.InspectorMaxBody < 1:
 		return errors.New("dashboard: InspectorMaxBody must be positive")
 	}

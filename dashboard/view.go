@@ -62,6 +62,7 @@ func (f filter) validate() string {
 }
 
 type deliveriesView struct {
+	Chart    *chartView // the overview, on the first page
 	Filter   filter
 	Projects []webhookd.Project
 	Rows     []storage.DeliveryRow

@@ -176,6 +176,12 @@ func (db *DB) RecordInspectorAttempt(ctx context.Context, a webhookd.Attempt) er
 	if a.Trigger != webhookd.TriggerInspector {
 		return fmt.Errorf("record inspector attempt: trigger is %q, not inspector", a.Trigger)
 	}
+	if a.RequestHeaders == nil {
+		a.RequestHeaders = map[string]string{}
+	}
+	if a.ResponseHeaders == nil {
+		a.ResponseHeaders = map[string]string{}
+	}
 	_, err := db.pool.Exec(ctx, `INSERT INTO attempts (delivery_id, number, request_id, url, trigger, status_code,
 			error, duration_ms, started_at, request_headers, response_headers, response_body)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
