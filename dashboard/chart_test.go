@@ -30,7 +30,7 @@ func TestOverviewChartDrawsStackedBarsAndTheBacklog(t *testing.T) {
 	// above it and 2 dead above that; minute 59 has 5 ok.
 	for class, want := range map[string]string{"s-ok": "M10 40.00h1v60.00h-1zM59 90.00h1v10.00h-1z",
 		"s-failed": "M10 24.00h1v16.00h-1z", "s-dead": "M10 20.00h1v4.00h-1z"} {
-		if got := svg.Find("path." + class).AttrOr("d", ""); got != want {
+		if got := svg.Find("path."+class).AttrOr("d", ""); got != want {
 			t.Errorf("%s: d=%q, want %q", class, got, want)
 		}
 	}
