@@ -31,7 +31,7 @@ CREATE TABLE inspector_bins (
     name        text NOT NULL CHECK (length(name) BETWEEN 1 AND 128),
     created_at  timestamptz NOT NULL DEFAULT now()
 );
-INSERT INTO inspector_bins (id, name) VALUES ('bin_inspector', 'Sent to inspector');
+INSERT INTO inspector_bins (id, name) VALUES ('bin_inspector', 'Default bin');
 
 CREATE TABLE inspector_requests (
     id           text PRIMARY KEY CHECK (id LIKE 'ir\_%'),
