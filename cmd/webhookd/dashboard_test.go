@@ -523,6 +523,83 @@ func TestInspectorWithPrivateNetworksDisallowed(t *testing.T) {
 	}
 }
 
+// TestScreenshotsForDocs makes the README's screenshots of the deliveries
+// page and the inspector when WEBHOOKD_DOCS_SCREENSHOTS names a directory
+// (go test ./cmd/webhookd -run ScreenshotsForDocs), and does nothing
+// otherwise: a day of traffic in the chart's rollup, events fanned out to
+// a receiver that answers 200, one that answers 503 and one that answers
+// 404.
+func TestScreenshotsForDocs(t *testing.T) {
+	dir := os.Getenv("WEBHOOKD_DOCS_SCREENSHOTS")
+	if dir == "" {
+		t.Skip("set WEBHOOKD_DOCS_SCREENSHOTS=docs to make the README's screenshots")
+	}
+	m, key := startMain(t, Roles{API: true, Worker: true, Ops: true}, func(c *Config) {
+		c.AllowPrivateNetworks, c.AdminToken, c.RetrySchedule = true, dashboardToken, "1h"
+	})
+	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/crm":
+			http.Error(w, "upstream timeout", http.StatusServiceUnavailable)
+		case "/legacy":
+			http.Error(w, "no such route", http.StatusNotFound)
+		default:
+			io.WriteString(w, `{"ok":true}`)
+		}
+	}))
+	defer rc.Close()
+	api := func(method, path, body string) map[string]any {
+		t.Helper()
+		return callAPI(t, m.APIAddr, key, method, path, body, method == "POST")
+	}
+	for _, p := range []string{"/orders", "/crm", "/legacy"} {
+		api("POST", "/v1/endpoints", fmt.Sprintf(`{"url":%q}`, rc.URL+p))
+	}
+	var last string
+	for i, typ := range []string{"order.created", "invoice.paid", "customer.updated", "order.refunded"} {
+		ev := api("POST", "/v1/events", fmt.Sprintf(`{"type":%q,"data":{"n":%d}}`, typ, i))
+		last = ev["deliveries"].([]any)[0].(map[string]any)["id"].(string)
+	}
+	eventually(t, "the first attempts", func() bool {
+		var waiting int
+		m.DB.Pool().QueryRow(context.Background(), `SELECT count(*) FROM deliveries WHERE attempts_count = 0`).Scan(&waiting)
+		return waiting == 0
+	})
+	// A day of traffic, rising in the afternoon, with an outage at 13:00.
+	if _, err := m.DB.Pool().Exec(context.Background(), `INSERT INTO attempt_minutes
+		SELECT minute, (40 + 25 * sin(extract(epoch FROM minute) / 13751))::int,
+			CASE WHEN extract(hour FROM minute) = 13 AND extract(minute FROM minute) < 20 THEN 30 ELSE (random() * 3)::int END,
+			(random() < 0.02)::int
+		FROM generate_series(date_trunc('minute', now()) - interval '24 hours', date_trunc('minute', now()) - interval '6 minutes',
+			interval '1 minute') minute`); err != nil {
+		t.Fatal(err)
+	}
+	ctx := step(t, browser(t))
+	dash := "http://" + m.OpsAddr
+	err := chromedp.Do(ctx, chromedp.Navigate(dash+"/"), chromedp.WaitVisible(chromedp.ID("token")),
+		chromedp.SendKeys(chromedp.ID("token"), dashboardToken), chromedp.Click(chromedp.ID("login")),
+		chromedp.WaitVisible(chromedp.ID("overview-chart")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	save := func(name string) {
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	save("dashboard-deliveries.png")
+	err = chromedp.Do(ctx, chromedp.Navigate(dash+"/deliveries/"+last), chromedp.WaitVisible(chromedp.ID("send-to-inspector")),
+		chromedp.Click(chromedp.ID("send-to-inspector")), chromedp.WaitVisible(chromedp.CSS(".capture .badge")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	save("dashboard-inspector.png")
+}
+
 // lockedBuffer is a log sink the test can read while the process writes.
 type lockedBuffer struct {
 	mu sync.Mutex
