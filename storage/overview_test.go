@@ -2,7 +2,6 @@ package storage_test
 
 import (
 	"context"
-	"encoding/json"
 	"testing"
 	"time"
 
@@ -16,22 +15,9 @@ func TestOverviewCountsEachMinuteOnceAndTheBacklog(t *testing.T) {
 	db := testenv.DB(t)
 	ctx := context.Background()
 	s := db.Store()
-	_, p, err := s.CreateAPIKey(ctx, "p", storage.ProjectPlan{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.CreateEndpoint(ctx, p.ID, storage.NewEndpoint{URL: "http://127.0.0.1:9/", Secret: "whsec_AAAA"}, time.Now()); err != nil {
-		t.Fatal(err)
-	}
+	_, mkAt := oneEndpoint(t, db)
 	now := time.Date(2026, 3, 1, 12, 0, 30, 0, time.UTC)
-	mk := func() string {
-		evs, err := s.CreateEvents(ctx, p.ID, []storage.NewEvent{{Type: "a", Data: json.RawMessage("1")}}, now.Add(-2*time.Hour),
-			func(int) string { return "" })
-		if err != nil {
-			t.Fatal(err)
-		}
-		return evs[0].Deliveries[0].ID
-	}
+	mk := func() string { return mkAt(now.Add(-2 * time.Hour)) }
 	ok, bad := 200, 500
 	at := func(ago time.Duration) time.Time { return now.Add(-ago) }
 	// 60 min ago: two successes and a failure; 30 min ago: a failure that
