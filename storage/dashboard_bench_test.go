@@ -144,7 +144,7 @@ type dashboardSeed struct {
 
 // seedDashboard fills db with n deliveries (and their events, dead letters
 // and the last day's attempts) with COPY, then analyzes the tables.
-func seedDashboard(b *testing.B, db *storage.DB, n int, now time.Time) dashboardSeed {
+func seedDashboard(b testing.TB, db *storage.DB, n int, now time.Time) dashboardSeed {
 	b.Helper()
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(1, 2))
