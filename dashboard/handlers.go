@@ -112,6 +112,11 @@ func (s *Server) deliveriesPage(w http.ResponseWriter, r *http.Request) {
 	}
 	if cursor != "" {
 		v.FirstURL = v.Filter.query("")
+	} else if o, err := s.store.Overview(r.Context(), now, s.cfg.ChartWindow, s.cfg.ChartSettle); err != nil {
+		s.log.Error("dashboard: overview failed; the page goes without its chart", "err", err)
+	} else {
+		c := newChart(o, windowText(s.cfg.ChartWindow))
+		v.Chart = &c
 	}
 	s.render(w, r, status, deliveriesList(v))
 }
@@ -139,7 +144,7 @@ func (s *Server) deliveryPage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	v := deliveryView{D: d, Payload: prettyJSON(d.EventData), Now: s.cfg.Clock.Now()}
+	v := deliveryView{D: d, Payload: prettyJSON(d.EventData), Now: s.cfg.Clock.Now(), CanInspect: s.cfg.Inspector != nil}
 	if f, ok := redeliveryFlash[r.URL.Query().Get("redelivery")]; ok {
 		v.Flash, v.FlashKind = f.text, f.kind
 	}

@@ -4,7 +4,9 @@
 // attempt history, a Redeliver button, and the dead letters, replayed by
 // selection or all matching (as background jobs whose progress it shows),
 // and the endpoints, with enable/disable, a test event, and their signing
-// secret shown only on an explicit click, and rotated.
+// secret shown only on an explicit click, and rotated; and the inspector,
+// request bins on the same listener (POST /in/{bin}) that show what a
+// receiver gets and whether its signature verifies.
 // Pages are server-rendered with templ; every action is a plain HTML form
 // POST, so no JavaScript is needed (and the Content-Security-Policy allows
 // none). Every POST is refused cross-origin by http.CrossOriginProtection.
@@ -30,6 +32,7 @@ import (
 type Config struct {
 	DB         *storage.DB       // required
 	Enqueuer   webhookd.Enqueuer // hands redeliveries to the queue; nil: the reconciler picks them up
+	Inspector  Inspector         // makes "Send to inspector" attempts; nil: no such button
 	AdminToken string            // required: the login token (see NewAdminToken)
 	Clock      webhookd.Clock    // default webhookd.SystemClock
 	Logger     *slog.Logger      // default slog.Default()
@@ -44,6 +47,18 @@ type Config struct {
 	// and 12s (5 a minute).
 	FailedLoginBurst int
 	FailedLoginEvery time.Duration
+	// InspectorKeep is how many requests an inspector bin keeps, the
+	// newest; default 100. InspectorMaxBody is the largest body a bin
+	// keeps; default 1 MiB.
+	InspectorKeep    int
+	InspectorMaxBody int64
+	// ChartWindow is the span of the deliveries page's overview chart;
+	// default 24h. ChartSettle is how old a minute must be before the
+	// chart's rollup keeps its counts: longer than an attempt can take to
+	// be recorded; default 5m (an attempt takes at most 85 s with the
+	// default timeouts).
+	ChartWindow time.Duration
+	ChartSettle time.Duration
 }
 
 // WithDefaults fills zero values.
@@ -69,6 +84,18 @@ func (c Config) WithDefaults() Config {
 	if c.FailedLoginEvery == 0 {
 		c.FailedLoginEvery = 12 * time.Second
 	}
+	if c.ChartWindow == 0 {
+		c.ChartWindow = 24 * time.Hour
+	}
+	if c.ChartSettle == 0 {
+		c.ChartSettle = 5 * time.Minute
+	}
+	if c.InspectorKeep == 0 {
+		c.InspectorKeep = 100
+	}
+	if c.InspectorMaxBody == 0 {
+		c.InspectorMaxBody = 1 << 20
+	}
 	return c
 }
 
@@ -81,6 +108,14 @@ func (c Config) Validate() error {
 		return errors.New("dashboard: the admin token must be at least 16 characters")
 	case c.PageSize < 1 || c.PageSize > 500:
 		return errors.New("dashboard: PageSize must be 1–500")
+	case c.InspectorKeep < 1 || c.InspectorKeep > 1000:
+		return errors.New("dashboard: InspectorKeep must be 1–1000")
+	case c.ChartWindow < 10*time.Minute || c.ChartWindow > 7*24*time.Hour:
+		return errors.New("dashboard: ChartWindow must be 10m–168h")
+	case c.ChartSettle < 0:
+		return errors.New("dashboard: ChartSettle must not be negative")
+	case c.InspectorMaxBody < 1:
+		return errors.New("dashboard: InspectorMaxBody must be positive")
 	}
 	return nil
 }
@@ -120,6 +155,12 @@ func New(cfg Config) (*Server, error) {
 	mux.Handle("GET /{$}", s.authed(s.deliveriesPage))
 	mux.Handle("GET /deliveries/{id}", s.authed(s.deliveryPage))
 	mux.Handle("POST /deliveries/{id}/redeliver", s.authed(s.redeliver))
+	mux.Handle("POST /deliveries/{id}/inspect", s.authed(s.sendToInspector))
+	mux.Handle("GET /inspector", s.authed(s.inspectorPage))
+	mux.Handle("POST /inspector/bins", s.authed(s.createBin))
+	mux.Handle("GET /inspector/bins/{id}", s.authed(s.binPage))
+	mux.Handle("GET /inspector/requests/{id}", s.authed(s.requestPage))
+	mux.HandleFunc("POST /in/{bin}", s.receive) // no login: senders post here
 	mux.Handle("GET /dead-letters", s.authed(s.deadLettersPage))
 	mux.Handle("POST /dead-letters/replay", s.authed(s.replayDeadLetters))
 	mux.Handle("GET /jobs", s.authed(s.jobs))

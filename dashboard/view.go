@@ -62,6 +62,7 @@ func (f filter) validate() string {
 }
 
 type deliveriesView struct {
+	Chart    *chartView // the overview, on the first page
 	Filter   filter
 	Projects []webhookd.Project
 	Rows     []storage.DeliveryRow
@@ -73,11 +74,12 @@ type deliveriesView struct {
 }
 
 type deliveryView struct {
-	D         storage.DeliveryDetail
-	Payload   string // pretty JSON
-	Now       time.Time
-	Flash     string
-	FlashKind string // ok or error
+	D          storage.DeliveryDetail
+	CanInspect bool   // the Send to inspector button
+	Payload    string // pretty JSON
+	Now        time.Time
+	Flash      string
+	FlashKind  string // ok or error
 }
 
 func deliveryPath(id string) string { return "/deliveries/" + url.PathEscape(id) }

@@ -7,8 +7,11 @@
 # 2. The same for Redis and WEBHOOKD_REDIS_URL (port 56379 or the next free one,
 #    nothing kept on disk).
 # 3. Create the database named in the URL if it is missing, build bin/webhookd,
-#    run `webhookd migrate`, create a dev API key (project "dev") and print it with
-#    a curl example.
+#    run `webhookd migrate`, create a dev API key (project "dev") and print it,
+#    the dashboard's URL and admin token (WEBHOOKD_ADMIN_TOKEN, or one made up
+#    for this run), and a curl example whose endpoint is the inspector's bin on
+#    the dashboard listener, so the first delivery can be seen, signature
+#    checked, without writing a receiver.
 # 4. Run `webhookd all` (API + worker + dashboard) with private networks allowed,
 #    so receivers on 127.0.0.1 work.
 # Throwaway servers it started (and only those) are stopped when it exits.
@@ -235,6 +238,13 @@ local_url() { # local_url ADDR: a URL a browser or curl on this machine can use
 }
 api_url=$(local_url "$WEBHOOKD_API_ADDR")
 dash_url=$(local_url "$WEBHOOKD_DASHBOARD_ADDR")
+if [[ -z ${WEBHOOKD_ADMIN_TOKEN:-} ]]; then
+	WEBHOOKD_ADMIN_TOKEN=wha_$(head -c 24 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')
+fi
+export WEBHOOKD_ADMIN_TOKEN
+# The inspector's own bin (made by the migrations): what is posted to it shows
+# on the dashboard with its headers, body and signature check.
+bin_id=bin_inspector
 uuid() {
 	if [[ -r /proc/sys/kernel/random/uuid ]]; then
 		cat /proc/sys/kernel/random/uuid
@@ -257,21 +267,28 @@ cat <<EOF
 ==============================================================================
  webhookd (make run)
    API:        $api_url
-   Health:     $dash_url/healthz, /readyz, /metrics  (the dashboard is not built yet)
+   Dashboard:  $dash_url/
+   Admin token: $WEBHOOKD_ADMIN_TOKEN
+               (log in to the dashboard with it)
+   Inspector:  $dash_url/inspector/bins/$bin_id
+               (the endpoint below delivers here)
+   Health:     $dash_url/healthz, /readyz, /metrics
    PostgreSQL: $(redact "$WEBHOOKD_DATABASE_URL")$($started_pg && echo '  [throwaway]')
    Redis:      $(redact "$WEBHOOKD_REDIS_URL")$($started_redis && echo '  [throwaway]')$throwaway_note
    API key:    $api_key
                (a new key for project "dev"; every make run adds one)
 
- Try it from another terminal (start any HTTP receiver on 127.0.0.1:9000
- first, or watch the delivery fail and retry with GET /v1/deliveries):
+ Try it from another terminal. The endpoint is the inspector's bin, served by
+ webhookd itself: open the Inspector link above (log in with the admin token)
+ to see the signed delivery arrive, every header and the body, and
+ "signature valid". To use your own receiver instead, give its URL.
 
    export API_KEY='$api_key'
 
    curl -sS -X POST $api_url/v1/endpoints \\
      -H "Authorization: Bearer \$API_KEY" -H 'Content-Type: application/json' \\
      -H 'Idempotency-Key: $endpoint_idem_key' \\
-     -d '{"url":"http://127.0.0.1:9000/hook"}'
+     -d '{"url":"$dash_url/in/$bin_id"}'
 
    curl -sS -i -X POST $api_url/v1/events \\
      -H "Authorization: Bearer \$API_KEY" -H 'Content-Type: application/json' \\
@@ -279,6 +296,9 @@ cat <<EOF
      -d '{"type":"order.created","data":{"order_id":"ord_1","amount":4200}}'
 
    curl -sS $api_url/v1/deliveries -H "Authorization: Bearer \$API_KEY"
+
+ The dashboard ($dash_url/) lists the delivery; on its page, Redeliver makes
+ one more attempt and Send to inspector sends a signed copy to the inspector.
 
  Every POST needs an Idempotency-Key: repeating a command as it is replays
  the first answer (Idempotent-Replayed: true); use a new key for a new event.

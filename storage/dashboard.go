@@ -42,7 +42,7 @@ type DeliveryRow struct {
 // after page.Cursor, and whether more follow. The WHERE clause names only
 // the filters given, so each combination gets a plan that uses its index
 // ((project_id, status, id), (endpoint_id, id), (event_id), or the primary
-// key) instead of one generic plan for all.
+// key, (status, id), (event_type, id)) instead of one generic plan for all.
 func (s *Store) DashboardDeliveries(ctx context.Context, f DashboardFilter, page Page) ([]DeliveryRow, bool, error) {
 	var where []string
 	var args []any
@@ -62,6 +62,9 @@ func (s *Store) DashboardDeliveries(ctx context.Context, f DashboardFilter, page
 		if c.v != "" {
 			add(c.cond, c.v)
 		}
+	}
+	if f.ProjectID != "" && f.EndpointID != "" {
+		where = append(where, endpointOfProject(&args, f.EndpointID, f.ProjectID))
 	}
 	args = append(args, page.Limit+1)
 	rows, err := s.q.Query(ctx, `SELECT `+deliveryColumns+`, pr.name, p.url FROM deliveries d
@@ -85,6 +88,17 @@ func (s *Store) DashboardDeliveries(ctx context.Context, f DashboardFilter, page
 		list = list[:page.Limit]
 	}
 	return list, more, nil
+}
+
+// endpointOfProject returns a condition that holds when the endpoint
+// belongs to the project, appending its arguments to args. It names no
+// column of the outer query, so PostgreSQL checks it once, first: an
+// endpoint of another project answers at once instead of reading every
+// delivery of the endpoint to find none of the project.
+func endpointOfProject(args *[]any, endpointID, projectID string) string {
+	*args = append(*args, endpointID, projectID)
+	n := len(*args)
+	return "EXISTS (SELECT 1 FROM endpoints WHERE id = $" + strconv.Itoa(n-1) + " AND project_id = $" + strconv.Itoa(n) + ")"
 }
 
 // idFloor returns the smallest ULID of time t: every id made at or after t
@@ -168,6 +182,9 @@ func (f DashboardDeadLetterFilter) where(cursor string) (string, []any) {
 		if c.v != "" {
 			add(c.cond, c.v)
 		}
+	}
+	if f.ProjectID != "" && f.EndpointID != "" {
+		where = append(where, endpointOfProject(&args, f.EndpointID, f.ProjectID))
 	}
 	return strings.Join(where, " AND "), args
 }

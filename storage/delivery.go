@@ -128,7 +128,7 @@ func (s *Store) GetDelivery(ctx context.Context, projectID, id string) (webhookd
 	}
 	rows, err := s.q.Query(ctx, `SELECT delivery_id, number, request_id, url, trigger, status_code, error, duration_ms,
 			started_at, request_headers, response_headers, response_body
-		FROM attempts WHERE delivery_id = $1 ORDER BY number`, id)
+		FROM attempts WHERE delivery_id = $1 ORDER BY number, started_at`, id) // inspector attempts share numbers
 	if err != nil {
 		return d, fmt.Errorf("attempts: %w", err)
 	}

@@ -2,7 +2,6 @@ package storage_test
 
 import (
 	"context"
-	"encoding/json"
 	"testing"
 	"time"
 
@@ -16,22 +15,9 @@ func TestPurgeKeepsWhatIsYoungOrWaiting(t *testing.T) {
 	db := testenv.DB(t)
 	ctx := context.Background()
 	s := db.Store()
-	_, p, err := s.CreateAPIKey(ctx, "p", storage.ProjectPlan{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.CreateEndpoint(ctx, p.ID, storage.NewEndpoint{URL: "http://127.0.0.1:9/", Secret: "whsec_AAAA"}, time.Now()); err != nil {
-		t.Fatal(err)
-	}
+	projectID, mk := oneEndpoint(t, db)
 	now := time.Now().UTC()
 	old := now.Add(-15 * 24 * time.Hour)
-	mk := func(at time.Time) string {
-		evs, err := s.CreateEvents(ctx, p.ID, []storage.NewEvent{{Type: "a", Data: json.RawMessage("1")}}, at, func(int) string { return "" })
-		if err != nil {
-			t.Fatal(err)
-		}
-		return evs[0].Deliveries[0].ID
-	}
 	finish := func(id, status, reason string) {
 		token := storage.NewRequestID()
 		ls, err := db.ClaimDeliveries(ctx, now, now.Add(time.Minute), []storage.Claim{{DeliveryID: id, Token: token}})
@@ -52,7 +38,7 @@ func TestPurgeKeepsWhatIsYoungOrWaiting(t *testing.T) {
 	finish(young, webhookd.DeliverySucceeded, "")
 	finish(oldAsked, webhookd.DeliveryDeadLetter, webhookd.ReasonExhausted)
 	// A redelivery accepted and not yet made keeps its delivery.
-	if _, err := s.RequestRedelivery(ctx, p.ID, oldAsked, storage.NewRequestID(), "api"); err != nil {
+	if _, err := s.RequestRedelivery(ctx, projectID, oldAsked, storage.NewRequestID(), "api"); err != nil {
 		t.Fatal(err)
 	}
 
@@ -64,7 +50,7 @@ func TestPurgeKeepsWhatIsYoungOrWaiting(t *testing.T) {
 		t.Fatalf("purged %+v, want 2 deliveries and their 2 events", got)
 	}
 	for id, want := range map[string]bool{oldDone: false, oldDead: false, oldWaiting: true, young: true, oldAsked: true} {
-		_, err := s.GetDelivery(ctx, p.ID, id)
+		_, err := s.GetDelivery(ctx, projectID, id)
 		if (err == nil) != want {
 			t.Errorf("delivery %s kept=%v, want %v", id, err == nil, want)
 		}

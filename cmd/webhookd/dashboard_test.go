@@ -125,7 +125,8 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // X-Request-Id), a form posted from another origin is refused and changes
 // nothing, the dead letters are replayed in bulk by a job whose progress
 // page refreshes itself until it has finished, and a test event goes out
-// from the endpoints page.
+// from the endpoints page. The overview chart shows the attempts, and Send
+// to inspector shows signature valid while the endpoint gets nothing.
 func TestDashboardInBrowser(t *testing.T) {
 	t.Parallel()
 	m, key := startMain(t, Roles{API: true, Worker: true, Ops: true}, func(c *Config) {
@@ -206,6 +207,28 @@ func TestDashboardInBrowser(t *testing.T) {
 		if err := chromedp.Do(ctx, chromedp.EmulateViewport(1280, 900)); err != nil {
 			t.Fatal(err)
 		}
+	})
+
+	t.Run("the overview chart shows the attempts of the last 24 h", func(t *testing.T) {
+		ctx := step(t, ctx)
+		if err := chromedp.Do(ctx, chromedp.Navigate(dash+"/"), chromedp.WaitVisible(chromedp.ID("overview-chart"))); err != nil {
+			t.Fatal(err)
+		}
+		for sel, want := range map[string]string{"#total-succeeded": "1", "#total-failed": "1", "#total-dead": "1"} {
+			if got := text(ctx, sel); got != want {
+				t.Errorf("%s = %q, want %q", sel, got, want)
+			}
+		}
+		// One bar each, drawn on the server: the page runs no script.
+		bars, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](
+			`[...document.querySelectorAll("#overview-chart path")].map(p => p.getAttribute("class") + ":" + (p.getBBox().height > 0))`))
+		if err != nil || fmt.Sprint(bars) != "[s-ok:true s-failed:true s-dead:true]" {
+			t.Fatalf("bars %v (%v)", bars, err)
+		}
+		if got := text(ctx, "#backlog"); !strings.Contains(got, "0 due now") {
+			t.Errorf("backlog %q", got)
+		}
+		screenshot(t, ctx, "overview")
 	})
 
 	t.Run("filter by status", func(t *testing.T) {
@@ -309,6 +332,45 @@ func TestDashboardInBrowser(t *testing.T) {
 		screenshot(t, tab, "redelivered-without-javascript")
 	})
 
+	t.Run("send to inspector shows signature valid and the endpoint gets nothing", func(t *testing.T) {
+		ctx := step(t, ctx)
+		before := api("GET", "/v1/deliveries/"+okID, "")
+		sent := len(rc.requestIDs("/ok"))
+		if err := chromedp.Do(ctx, chromedp.Navigate(dash+"/deliveries/"+okID),
+			chromedp.WaitVisible(chromedp.ID("send-to-inspector"))); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := chromedp.RunResponse(ctx, chromedp.Click(chromedp.ID("send-to-inspector")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Status != http.StatusOK || !strings.Contains(resp.URL, "/inspector/requests/ir_") {
+			t.Fatalf("send to inspector: %d %s", resp.Status, resp.URL)
+		}
+		if got := text(ctx, ".capture .badge"); got != "signature valid" {
+			t.Fatalf("check %q", got)
+		}
+		// The body as sent (encoding/json writes < and > as \u003c and \u003e).
+		if got := text(ctx, ".capture .request-body"); !strings.Contains(got, `\u003cimg src=x onerror=alert(1)\u003e`) {
+			t.Errorf("body %q does not show the event's data as sent", got)
+		}
+		if n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("img, script").length`)); err != nil || n != 0 {
+			t.Errorf("%d img/script elements on the inspector page (%v)", n, err)
+		}
+		screenshot(t, ctx, "inspector")
+		after := api("GET", "/v1/deliveries/"+okID, "")
+		attempts := after["attempts"].([]any)
+		last := attempts[len(attempts)-1].(map[string]any)
+		if last["trigger"] != "inspector" || after["status"] != before["status"] ||
+			after["attempts_count"] != before["attempts_count"] || after["updated_at"] != before["updated_at"] {
+			t.Errorf("after send to inspector: status %v, %v attempts, last trigger %v (before: %v, %v)",
+				after["status"], after["attempts_count"], last["trigger"], before["status"], before["attempts_count"])
+		}
+		if got := len(rc.requestIDs("/ok")); got != sent {
+			t.Errorf("the real endpoint got %d requests, want none", got-sent)
+		}
+	})
+
 	t.Run("a cross-origin form POST is refused and changes nothing", func(t *testing.T) {
 		ctx := step(t, ctx)
 		// Another origin on the same host: same site, so the SameSite=Strict
@@ -405,6 +467,137 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 		screenshot(t, ctx, "secret")
 	})
+}
+
+// TestInspectorWithPrivateNetworksDisallowed: a process that refuses
+// private addresses (and runs no worker, so the endpoint is never
+// contacted) still sends to its own inspector, and the inspector page shows
+// every header a receiver would get and signature valid.
+func TestInspectorWithPrivateNetworksDisallowed(t *testing.T) {
+	t.Parallel()
+	m, key := startMain(t, Roles{API: true, Ops: true}, func(c *Config) {
+		c.AllowPrivateNetworks, c.AdminToken = false, dashboardToken
+	})
+	api := func(method, path, body string) map[string]any {
+		t.Helper()
+		return callAPI(t, m.APIAddr, key, method, path, body, method == "POST")
+	}
+	ep := api("POST", "/v1/endpoints", `{"url":"https://receiver.invalid/hook"}`)["id"].(string)
+	ev := api("POST", "/v1/events", fmt.Sprintf(`{"type":"order.created","data":{"order_id":"ord_1"},"endpoint_ids":[%q]}`, ep))
+	id := ev["deliveries"].([]any)[0].(map[string]any)["id"].(string)
+
+	ctx := step(t, browser(t))
+	dash := "http://" + m.OpsAddr
+	err := chromedp.Do(ctx, chromedp.Navigate(dash+"/deliveries/"+id), chromedp.WaitVisible(chromedp.ID("token")),
+		chromedp.SendKeys(chromedp.ID("token"), dashboardToken), chromedp.Click(chromedp.ID("login")),
+		chromedp.WaitVisible(chromedp.ID("send-to-inspector")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.RunResponse(ctx, chromedp.Click(chromedp.ID("send-to-inspector"))); err != nil {
+		t.Fatal(err)
+	}
+	headers, err := chromedp.Run(ctx, chromedp.Evaluate[map[string]string](`Object.fromEntries(
+		[...document.querySelectorAll(".capture table.headers tr")].map(tr => [tr.querySelector("th").textContent, tr.querySelector("td").textContent]))`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	check, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(".capture .badge")))
+	if err != nil || check != "signature valid" {
+		t.Fatalf("check %q (%v)", check, err)
+	}
+	screenshot(t, ctx, "inspector-private-networks-disallowed")
+	for _, h := range []string{"Webhook-Id", "Webhook-Timestamp", "Webhook-Signature", "X-Event-Id", "X-Event-Type",
+		"X-Delivery-Attempt", "X-Request-Id", "Content-Type", "User-Agent", "Content-Length", "Host"} {
+		if headers[h] == "" {
+			t.Errorf("header %s missing from %v", h, headers)
+		}
+	}
+	if headers["Webhook-Id"] != ev["id"] || headers["X-Delivery-Attempt"] != "1" {
+		t.Errorf("webhook-id %q, attempt %q", headers["Webhook-Id"], headers["X-Delivery-Attempt"])
+	}
+	d := api("GET", "/v1/deliveries/"+id, "")
+	if d["status"] != "pending" || d["attempts_count"] != float64(0) || len(d["attempts"].([]any)) != 1 {
+		t.Errorf("delivery after send to inspector: %v, %v attempts counted, %d logged", d["status"], d["attempts_count"],
+			len(d["attempts"].([]any)))
+	}
+}
+
+// TestScreenshotsForDocs makes the README's screenshots of the deliveries
+// page and the inspector when WEBHOOKD_DOCS_SCREENSHOTS names a directory
+// (go test ./cmd/webhookd -run ScreenshotsForDocs), and does nothing
+// otherwise: a day of traffic in the chart's rollup, events fanned out to
+// a receiver that answers 200, one that answers 503 and one that answers
+// 404.
+func TestScreenshotsForDocs(t *testing.T) {
+	dir := os.Getenv("WEBHOOKD_DOCS_SCREENSHOTS")
+	if dir == "" {
+		t.Skip("set WEBHOOKD_DOCS_SCREENSHOTS=docs to make the README's screenshots")
+	}
+	m, key := startMain(t, Roles{API: true, Worker: true, Ops: true}, func(c *Config) {
+		c.AllowPrivateNetworks, c.AdminToken, c.RetrySchedule = true, dashboardToken, "1h"
+	})
+	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/crm":
+			http.Error(w, "upstream timeout", http.StatusServiceUnavailable)
+		case "/legacy":
+			http.Error(w, "no such route", http.StatusNotFound)
+		default:
+			io.WriteString(w, `{"ok":true}`)
+		}
+	}))
+	defer rc.Close()
+	api := func(method, path, body string) map[string]any {
+		t.Helper()
+		return callAPI(t, m.APIAddr, key, method, path, body, method == "POST")
+	}
+	for _, p := range []string{"/orders", "/crm", "/legacy"} {
+		api("POST", "/v1/endpoints", fmt.Sprintf(`{"url":%q}`, rc.URL+p))
+	}
+	var last string
+	for i, typ := range []string{"order.created", "invoice.paid", "customer.updated", "order.refunded"} {
+		ev := api("POST", "/v1/events", fmt.Sprintf(`{"type":%q,"data":{"n":%d}}`, typ, i))
+		last = ev["deliveries"].([]any)[0].(map[string]any)["id"].(string)
+	}
+	eventually(t, "the first attempts", func() bool {
+		var waiting int
+		m.DB.Pool().QueryRow(context.Background(), `SELECT count(*) FROM deliveries WHERE attempts_count = 0`).Scan(&waiting)
+		return waiting == 0
+	})
+	// A day of traffic, rising in the afternoon, with an outage at 13:00.
+	if _, err := m.DB.Pool().Exec(context.Background(), `INSERT INTO attempt_minutes
+		SELECT minute, (40 + 25 * sin(extract(epoch FROM minute) / 13751))::int,
+			CASE WHEN extract(hour FROM minute) = 13 AND extract(minute FROM minute) < 20 THEN 30 ELSE (random() * 3)::int END,
+			(random() < 0.02)::int
+		FROM generate_series(date_trunc('minute', now()) - interval '24 hours', date_trunc('minute', now()) - interval '6 minutes',
+			interval '1 minute') minute`); err != nil {
+		t.Fatal(err)
+	}
+	ctx := step(t, browser(t))
+	dash := "http://" + m.OpsAddr
+	err := chromedp.Do(ctx, chromedp.Navigate(dash+"/"), chromedp.WaitVisible(chromedp.ID("token")),
+		chromedp.SendKeys(chromedp.ID("token"), dashboardToken), chromedp.Click(chromedp.ID("login")),
+		chromedp.WaitVisible(chromedp.ID("overview-chart")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	save := func(name string) {
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	save("dashboard-deliveries.png")
+	err = chromedp.Do(ctx, chromedp.Navigate(dash+"/deliveries/"+last), chromedp.WaitVisible(chromedp.ID("send-to-inspector")),
+		chromedp.Click(chromedp.ID("send-to-inspector")), chromedp.WaitVisible(chromedp.CSS(".capture .badge")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	save("dashboard-inspector.png")
 }
 
 // lockedBuffer is a log sink the test can read while the process writes.

@@ -187,7 +187,7 @@ func (m *Main) startDashboard() error {
 			"good until the process stops", "admin_token", m.Config.AdminToken)
 	}
 	d, err := dashboard.New(dashboard.Config{DB: m.DB, Enqueuer: m.Queue, AdminToken: m.Config.AdminToken,
-		Logger: m.Logger})
+		Inspector: dispatcher.NewInspector(m.DB, nil, m.Logger), Logger: m.Logger})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,72 @@
+package dispatcher
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/storage"
+)
+
+// Inspector makes the dashboard's "Send to inspector" attempts: a real
+// signed delivery of an event, made by the same code as every attempt
+// (Deliverer.send: same body, same signature, same headers, the attempt
+// number the delivery's next attempt will carry), sent to an inspector
+// bin instead of the endpoint, and logged as an attempt with trigger
+// inspector that never changes the delivery: no lease is taken and its
+// status, schedule and counts stay as they are.
+//
+// It needs no worker: only PostgreSQL, and the transport the caller gives
+// for the bin's URL (the dashboard serves its bins in-process, so the
+// SSRF guard never sees them and private networks may stay disallowed).
+type Inspector struct {
+	db    *storage.DB
+	clock webhookd.Clock
+	log   *slog.Logger
+}
+
+// NewInspector returns an Inspector; clock and log default to the system
+// clock and slog.Default().
+func NewInspector(db *storage.DB, clock webhookd.Clock, log *slog.Logger) *Inspector {
+	if clock == nil {
+		clock = webhookd.SystemClock{}
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Inspector{db: db, clock: clock, log: log}
+}
+
+// inspectorTimeout bounds one inspector attempt, every phase of it.
+const inspectorTimeout = 10 * time.Second
+
+// Send makes one signed attempt of the delivery to url through rt and logs
+// it with trigger inspector. The endpoint's own URL is never contacted, and
+// the endpoint may be disabled. A delivery that does not exist returns
+// not_found. The attempt is returned as logged (a failed request is an
+// attempt with its error, not an error).
+func (in *Inspector) Send(ctx context.Context, deliveryID, url string, rt http.RoundTripper) (webhookd.Attempt, error) {
+	l, err := in.db.InspectionLease(ctx, deliveryID)
+	if err != nil {
+		return webhookd.Attempt{}, err
+	}
+	l.Endpoint.URL, l.Token = url, storage.NewRequestID()
+	// A Deliverer that only sends: send uses its client, clock and body
+	// timeout, and nothing of a worker's.
+	sender := &Deliverer{clock: in.clock, log: in.log, bodyTimeout: inspectorTimeout,
+		client: &http.Client{Transport: rt, Timeout: inspectorTimeout,
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+	sendCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), inspectorTimeout)
+	a, _ := sender.send(sendCtx, &l, webhookd.TriggerInspector)
+	cancel()
+	if err := in.db.RecordInspectorAttempt(context.WithoutCancel(ctx), a); err != nil {
+		return a, fmt.Errorf("inspector: %w", err)
+	}
+	in.log.Info("inspector attempt", "delivery_id", l.Delivery.ID, "event_id", l.Delivery.EventID,
+		"endpoint_id", l.Delivery.EndpointID, "attempt", a.Number, "trigger", a.Trigger, "request_id", a.RequestID,
+		"status_code", orNil(a.StatusCode), "error", orNil(a.Error), "duration_ms", a.DurationMS)
+	return a, nil
+}

@@ -1,0 +1,34 @@
+package storage_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/webhookd/webhookd/storage"
+)
+
+// oneEndpoint makes a project with one endpoint and returns the project's
+// id and a function that makes an event at a time, with one delivery to
+// that endpoint, and returns the delivery's id.
+func oneEndpoint(t *testing.T, db *storage.DB) (string, func(at time.Time) string) {
+	t.Helper()
+	ctx, s := context.Background(), db.Store()
+	_, p, err := s.CreateAPIKey(ctx, "p", storage.ProjectPlan{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateEndpoint(ctx, p.ID, storage.NewEndpoint{URL: "http://127.0.0.1:9/", Secret: "whsec_AAAA"}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	return p.ID, func(at time.Time) string {
+		t.Helper()
+		evs, err := s.CreateEvents(ctx, p.ID, []storage.NewEvent{{Type: "a", Data: json.RawMessage("1")}}, at,
+			func(int) string { return "" })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return evs[0].Deliveries[0].ID
+	}
+}
