@@ -6,6 +6,7 @@ export PATH := $(PATH):/usr/local/go/bin
 GO        ?= go
 BIN       ?= bin/webhookd
 BENCHTIME ?= 1s
+TEST_FLAGS ?=
 # The load tool (cmd/webhookd-bench) and the sizes of make bench-smoke's run:
 # small enough for CI on 2 cores; make bench uses the tool's full defaults.
 BENCH_TOOL        ?= bin/webhookd-bench
@@ -27,9 +28,11 @@ build:
 run:
 	bash scripts/run.sh
 
-## test: all tests, with the race detector
+## test: all tests, with the race detector (scripts/test.sh: throwaway
+## PostgreSQL/Redis when none answer at the test URLs; TEST_FLAGS are passed
+## to go test, e.g. make test TEST_FLAGS='-run TestX')
 test:
-	$(GO) test -race -count=1 ./...
+	bash scripts/test.sh $(TEST_FLAGS)
 
 ## bench: the Go benchmarks, then the load tool against bin/webhookd (every
 ## scenario 3 times, medians) writing BENCHMARKS.md; about 20 minutes on 2 cores
