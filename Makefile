@@ -18,7 +18,7 @@ TEMPL_TOOL := github.com/a-h/templ/cmd/templ
 
 .DEFAULT_GOAL := build
 
-.PHONY: build run test bench bench-go bench-smoke bench-tool generate check-generated vet fmt-check
+.PHONY: build run test soak bench bench-go bench-smoke bench-tool generate check-generated vet fmt-check
 
 ## build: compile the webhookd binary into bin/
 build:
@@ -33,6 +33,13 @@ run:
 ## to go test, e.g. make test TEST_FLAGS='-run TestX')
 test:
 	bash scripts/test.sh $(TEST_FLAGS)
+
+## soak: the fault drills of cmd/webhookd again and again (SOAK_COUNT times,
+## default 10; about 2 minutes a round, the rounds one after another)
+SOAK_COUNT ?= 10
+SOAK_DRILLS := Test(PostgresRestarted|RedisRestarted|RedisLost|SIGTERM|TwoWorkers|WorkerKilled|ReceiverFlapping|DeliversThroughRedis)
+soak:
+	TEST_PKGS=./cmd/webhookd bash scripts/test.sh -run '$(SOAK_DRILLS)' -count=$(SOAK_COUNT) -v $(TEST_FLAGS)
 
 ## bench: the Go benchmarks, then the load tool against bin/webhookd (every
 ## scenario 3 times, medians) writing BENCHMARKS.md; about 20 minutes on 2 cores

@@ -49,7 +49,7 @@ func TestPostgresRestartedUnderLoad(t *testing.T) {
 	var refusedKeys []string
 	for i := range 20 {
 		key := uuid.NewString()
-		status, _ := d.sendEvent(key, -i)
+		status, _ := d.sendEvent(key, -1-i)
 		if status != http.StatusServiceUnavailable {
 			t.Errorf("POST /v1/events with PostgreSQL down: %d; want 503", status)
 		}
@@ -72,7 +72,7 @@ func TestPostgresRestartedUnderLoad(t *testing.T) {
 	t.Logf("events accepted again %v after PostgreSQL started", time.Since(restarted).Round(time.Millisecond))
 	// A key that got 503 is processed afresh.
 	for i, key := range refusedKeys {
-		status, replayed := d.sendEvent(key, -i)
+		status, replayed := d.sendEvent(key, -1-i)
 		if status != http.StatusAccepted || replayed {
 			t.Errorf("repeat of key %s that got 503: %d (replayed %v); want 202, processed afresh", key, status, replayed)
 		}
@@ -81,6 +81,28 @@ func TestPostgresRestartedUnderLoad(t *testing.T) {
 	waitFor(t, 30*time.Second, "20 more deliveries after the restart", func() bool { return d.deliveredCount() >= before+20 })
 	close(stop)
 	<-loaded
+	// The load's refused events are sent again with their keys, as a client
+	// does. One whose commit raced the stop is replayed (and then in the
+	// ledger); the rest are processed now.
+	d.mu.Lock()
+	var retries []refusal
+	for _, r := range d.refused {
+		if r.n >= 0 { // the probes above have n < 0 and were repeated already
+			retries = append(retries, r)
+		}
+	}
+	d.mu.Unlock()
+	replays := 0
+	for _, r := range retries {
+		status, replayed := d.sendEvent(r.key, r.n)
+		if status != http.StatusAccepted {
+			t.Errorf("repeat of refused key %s: %d; want 202", r.key, status)
+		}
+		if replayed {
+			replays++
+		}
+	}
+	t.Logf("%d events of the load refused with 503 and sent again: %d of them had committed before the stop (replayed)", len(retries), replays)
 	d.verify(60 * time.Second)
 }
 

@@ -132,7 +132,13 @@ type drill struct {
 	got       map[string]int    // "path event_id" → 2xx answers
 	requests  []received        // every request the receiver answered 2xx
 	statuses  map[int]int       // answers to the load's POSTs by status
-	refused   []string          // Idempotency-Keys that got 503
+	refused   []refusal         // POSTs of events that got 503
+}
+
+// refusal is an event POST that got 503: its key and the n of its body.
+type refusal struct {
+	key string
+	n   int
 }
 
 // received is one delivery request the receiver answered 2xx.
@@ -264,7 +270,7 @@ func (d *drill) sendEvent(idem string, n int) (int, bool) {
 		if h.Get("Retry-After") == "" {
 			d.t.Errorf("503 without Retry-After (key %s): %v", idem, out)
 		}
-		d.refused = append(d.refused, idem)
+		d.refused = append(d.refused, refusal{idem, n})
 	case status >= 500:
 		d.t.Errorf("POST /v1/events answered %d (key %s): %v; want 2xx or 503", status, idem, out)
 	case status == 0:
