@@ -34,63 +34,10 @@ script_name=run
 # shellcheck source=scripts/servers.sh
 source scripts/servers.sh
 
-# shellcheck disable=SC2317 # called by the EXIT trap
-cleanup() {
-	local rc=$?
-	trap - EXIT
-	trap '' INT TERM # a second Ctrl-C must not cut the cleanup short
-	stop_throwaways
-	exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-# ------------------------------------------------------------------ PostgreSQL --
-
-[[ $WEBHOOKD_DATABASE_URL =~ $pg_url_re ]] ||
-	die "cannot parse WEBHOOKD_DATABASE_URL=$(redact "$WEBHOOKD_DATABASE_URL") (want postgres://user@host:port/db)"
-pg_host=${BASH_REMATCH[6]:-127.0.0.1}
-pg_port=${BASH_REMATCH[8]:-5432}
-pg_db=${BASH_REMATCH[10]:-webhookd}
-
-if pg_answers "${pg_host//[\[\]]/}" "$pg_port"; then
-	started_pg=false
-	need_commands postgresql-client:psql
-else
-	log "no PostgreSQL answers at $pg_host:$pg_port"
-	start_throwaway_postgres "$pg_db"
-	WEBHOOKD_DATABASE_URL=$throwaway_pg_url
-	started_pg=true
-fi
-
-# Create the database if it is missing, through the maintenance database "postgres".
-admin_url=$(sed -E 's#^(postgres(ql)?://[^/?]*)(/[^?]*)?#\1/postgres#' <<<"$WEBHOOKD_DATABASE_URL")
-db_lit=${pg_db//\'/\'\'}
-db_ident=${pg_db//\"/\"\"}
-exists=$(psql "$admin_url" -w -X -tAc "select 1 from pg_database where datname = '$db_lit'") ||
-	die "cannot connect to PostgreSQL as $(redact "$admin_url")"
-if [[ $exists != 1 ]]; then
-	log "creating database $pg_db"
-	psql "$admin_url" -w -X -q -c "create database \"$db_ident\"" >/dev/null
-fi
-
-# ---------------------------------------------------------------------- Redis --
-
-# A redis:// URL is checked and replaced by a throwaway server when nothing
-# answers; Sentinel and Cluster URLs are taken as they are.
-started_redis=false
-if [[ $WEBHOOKD_REDIS_URL =~ $redis_url_re ]]; then
-	redis_host=${BASH_REMATCH[2]//[\[\]]/}
-	redis_port=${BASH_REMATCH[4]:-6379}
-	redis_db=${BASH_REMATCH[6]:-0}
-	if ! redis_answers "$redis_host" "$redis_port"; then
-		log "no Redis answers at $(redact "$WEBHOOKD_REDIS_URL")"
-		start_throwaway_redis "$redis_db"
-		WEBHOOKD_REDIS_URL=$throwaway_redis_url
-		started_redis=true
-	fi
-fi
+ensure_postgres "$WEBHOOKD_DATABASE_URL" webhookd
+WEBHOOKD_DATABASE_URL=$pg_url started_pg=$pg_started
+ensure_redis "$WEBHOOKD_REDIS_URL"
+WEBHOOKD_REDIS_URL=$redis_url started_redis=$redis_started
 
 # -------------------------------------------------------------------- webhookd --
 

@@ -14,9 +14,15 @@
 #                                   (port 56379 or the next free one); sets
 #                                   throwaway_redis_url
 #   stop_throwaways                 stop what was started and delete its data
+#   ensure_postgres URL DEFAULT_DB  use the PostgreSQL at URL (creating its
+#                                   database if missing) or, when none answers,
+#                                   a throwaway one; sets pg_url and pg_started
+#   ensure_redis URL                the same for a redis:// URL (Sentinel and
+#                                   Cluster URLs are taken as they are); sets
+#                                   redis_url and redis_started
 #
-# The caller sets script_name (log prefix), defines nothing else, and calls
-# stop_throwaways from its EXIT trap.
+# The caller sets script_name (log prefix) before sourcing it; sourcing sets
+# traps that stop the throwaways when the script exits.
 
 script_name=${script_name:-servers}
 
@@ -221,3 +227,54 @@ stop_throwaways() {
 pg_url_re='^postgres(ql)?://(([^:@/]*)(:([^@/]*))?@)?(\[[^]/]*\]|[^:/?]*)(:([0-9]+))?(/([^?]*))?(\?(.*))?$'
 # redis[s]://[user:password@]host[:port][/db]
 redis_url_re='^rediss?://([^@/]*@)?(\[[^]/]*\]|[^:/?]*)(:([0-9]+))?(/([0-9]*))?/?(\?.*)?$'
+
+# shellcheck disable=SC2317 # called by the EXIT trap
+cleanup() {
+	local rc=$?
+	trap - EXIT
+	trap '' INT TERM # a second Ctrl-C must not cut the cleanup short
+	stop_throwaways
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+ensure_postgres() {
+	local url=$1 host port db admin_url exists
+	[[ $url =~ $pg_url_re ]] ||
+		die "cannot parse the PostgreSQL URL $(redact "$url") (want postgres://user@host:port/db)"
+	host=${BASH_REMATCH[6]:-127.0.0.1}
+	port=${BASH_REMATCH[8]:-5432}
+	db=${BASH_REMATCH[10]:-$2}
+	pg_url=$url pg_started=false
+	if ! pg_answers "${host//[\[\]]/}" "$port"; then
+		log "no PostgreSQL answers at $host:$port"
+		start_throwaway_postgres "$db"
+		pg_url=$throwaway_pg_url pg_started=true
+		return 0
+	fi
+	need_commands postgresql-client:psql
+	# Create the database if it is missing, through the maintenance database "postgres".
+	admin_url=$(sed -E 's#^(postgres(ql)?://[^/?]*)(/[^?]*)?#\1/postgres#' <<<"$url")
+	exists=$(psql "$admin_url" -w -X -tAc "select 1 from pg_database where datname = '${db//\'/\'\'}'") ||
+		die "PostgreSQL answers at $host:$port but does not let $(redact "$admin_url") in"
+	if [[ $exists != 1 ]]; then
+		log "creating database $db"
+		psql "$admin_url" -w -X -q -c "create database \"${db//\"/\"\"}\"" >/dev/null
+	fi
+}
+
+ensure_redis() {
+	local url=$1 host port dbnum
+	redis_url=$url redis_started=false
+	[[ $url =~ $redis_url_re ]] || return 0
+	host=${BASH_REMATCH[2]//[\[\]]/}
+	port=${BASH_REMATCH[4]:-6379}
+	dbnum=${BASH_REMATCH[6]:-0}
+	if ! redis_answers "$host" "$port"; then
+		log "no Redis answers at $(redact "$url")"
+		start_throwaway_redis "$dbnum"
+		redis_url=$throwaway_redis_url redis_started=true
+	fi
+}

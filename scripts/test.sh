@@ -28,50 +28,14 @@ script_name=test
 # shellcheck source=scripts/servers.sh
 source scripts/servers.sh
 
-# shellcheck disable=SC2317 # called by the EXIT trap
-cleanup() {
-	local rc=$?
-	trap - EXIT
-	trap '' INT TERM
-	stop_throwaways
-	exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-[[ $WEBHOOKD_TEST_DATABASE_URL =~ $pg_url_re ]] ||
-	die "cannot parse WEBHOOKD_TEST_DATABASE_URL=$(redact "$WEBHOOKD_TEST_DATABASE_URL")"
-pg_host=${BASH_REMATCH[6]:-127.0.0.1}
-pg_port=${BASH_REMATCH[8]:-5432}
-pg_db=${BASH_REMATCH[10]:-test}
-if pg_answers "${pg_host//[\[\]]/}" "$pg_port"; then
-	need_commands postgresql-client:psql
-	admin_url=$(sed -E 's#^(postgres(ql)?://[^/?]*)(/[^?]*)?#\1/postgres#' <<<"$WEBHOOKD_TEST_DATABASE_URL")
-	exists=$(psql "$admin_url" -w -X -tAc "select 1 from pg_database where datname = '${pg_db//\'/\'\'}'") ||
-		die "PostgreSQL answers at $pg_host:$pg_port but does not let $(redact "$admin_url") in;" \
-			"the tests need a superuser without a password there (or set WEBHOOKD_TEST_DATABASE_URL)"
-	if [[ $exists != 1 ]]; then
-		log "creating database $pg_db"
-		psql "$admin_url" -w -X -q -c "create database \"${pg_db//\"/\"\"}\"" >/dev/null
-	fi
-else
-	log "no PostgreSQL answers at $pg_host:$pg_port"
-	start_throwaway_postgres "$pg_db"
-	WEBHOOKD_TEST_DATABASE_URL=$throwaway_pg_url
-fi
-
+ensure_postgres "$WEBHOOKD_TEST_DATABASE_URL" test
+WEBHOOKD_TEST_DATABASE_URL=$pg_url
 [[ $WEBHOOKD_TEST_REDIS_URL =~ $redis_url_re ]] ||
 	die "WEBHOOKD_TEST_REDIS_URL=$(redact "$WEBHOOKD_TEST_REDIS_URL"): want redis://host:port"
-redis_host=${BASH_REMATCH[2]//[\[\]]/}
-redis_port=${BASH_REMATCH[4]:-6379}
 # The drills start throwaway redis-server processes (and a sentinel) of their own.
 need_commands redis-server:redis-server
-if ! redis_answers "$redis_host" "$redis_port"; then
-	log "no Redis answers at $(redact "$WEBHOOKD_TEST_REDIS_URL")"
-	start_throwaway_redis 0
-	WEBHOOKD_TEST_REDIS_URL=$throwaway_redis_url
-fi
+ensure_redis "$WEBHOOKD_TEST_REDIS_URL"
+WEBHOOKD_TEST_REDIS_URL=$redis_url
 
 if [[ -z ${WEBHOOKD_TEST_CHROMIUM:-} ]] && ! command -v chromium >/dev/null 2>&1; then
 	if command -v chromium-browser >/dev/null 2>&1; then
