@@ -37,7 +37,7 @@ test:
 ## soak: the fault drills of cmd/webhookd again and again (SOAK_COUNT times,
 ## default 10; about 2 minutes a round, the rounds one after another)
 SOAK_COUNT ?= 10
-SOAK_DRILLS := Test(PostgresRestarted|RedisRestarted|RedisLost|SIGTERM|TwoWorkers|WorkerKilled|ReceiverFlapping|DeliversThroughRedis)
+SOAK_DRILLS := Test(PostgresRestarted|RedisRestarted|RedisLost|SIGTERM|TwoWorkers|WorkerKilled|ReceiverFlapping|RedisSentinel|DeliversThroughRedis)
 soak:
 	TEST_PKGS=./cmd/webhookd bash scripts/test.sh -run '$(SOAK_DRILLS)' -count=$(SOAK_COUNT) -v $(TEST_FLAGS)
 

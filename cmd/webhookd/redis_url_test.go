@@ -16,39 +16,68 @@ import (
 	"github.com/webhookd/webhookd/internal/testenv"
 )
 
-// TestDeliversThroughRedisSentinel runs webhookd with a redis-sentinel://
-// URL against a master and a sentinel the test starts from the installed
-// redis-server: the API, the worker and the rate limiter find the master
-// through the sentinel and every event is delivered.
-func TestDeliversThroughRedisSentinel(t *testing.T) {
+// TestRedisSentinelFailover runs webhookd with a redis-sentinel:// URL
+// against a master, a replica and a sentinel the test starts from the
+// installed redis-server. Under load the master is killed: the sentinel
+// promotes the replica, webhookd follows it without a restart, and every
+// event is delivered (what the asynchronous replica had not yet received
+// is rebuilt by the reconciler from PostgreSQL).
+func TestRedisSentinelFailover(t *testing.T) {
 	t.Parallel()
 	_, dbURL := testenv.Schema(t)
 	d := newDrill(t, dbURL)
-	masterPort, sentinelPort := freePort(t), freePort(t)
-	startRedisServer(t, masterPort, "--save", "", "--appendonly", "no")
+	ctx := context.Background()
+	masterPort, replicaPort, sentinelPort := freePort(t), freePort(t), freePort(t)
+	master := startRedisServer(t, masterPort, "--save", "", "--appendonly", "no")
+	startRedisServer(t, replicaPort, "--save", "", "--appendonly", "no", "--replicaof", "127.0.0.1", masterPort)
+	replica := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + replicaPort})
+	defer replica.Close()
+	waitFor(t, 20*time.Second, "the replica in sync", func() bool {
+		info, _ := replica.Info(ctx, "replication").Result()
+		return strings.Contains(info, "master_link_status:up")
+	})
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "sentinel.conf") // a sentinel rewrites its config file
 	if err := os.WriteFile(conf, []byte("sentinel monitor webhookd 127.0.0.1 "+masterPort+" 1\n"+
-		"sentinel down-after-milliseconds webhookd 5000\n"), 0o600); err != nil {
+		"sentinel down-after-milliseconds webhookd 1000\n"+
+		"sentinel failover-timeout webhookd 10000\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	startRedisServer(t, sentinelPort, conf, "--sentinel", "--dir", dir)
+	sentinel := redis.NewSentinelClient(&redis.Options{Addr: "127.0.0.1:" + sentinelPort})
+	defer sentinel.Close()
+	waitFor(t, 20*time.Second, "the sentinel to know the replica", func() bool {
+		rs, _ := sentinel.Replicas(ctx, "webhookd").Result()
+		return len(rs) == 1
+	})
+
 	redisURL := "redis-sentinel://127.0.0.1:" + sentinelPort + "/0?master=webhookd"
 	d.startAPI(redisURL)
 	d.startWorker(redisURL)
 	d.addEndpoints(2)
-	for i := range 20 {
-		if status, _ := d.sendEvent(uuid.NewString(), i); status != http.StatusAccepted {
-			t.Fatalf("POST /v1/events through the sentinel: %d", status)
-		}
-	}
-	d.verify(30 * time.Second)
+	stop := make(chan struct{})
+	loaded := d.load(25*time.Millisecond, stop)
+	waitFor(t, 20*time.Second, "20 deliveries through the sentinel", func() bool { return d.deliveredCount() >= 20 })
 	// The schedule and the rate limits live on the master the sentinel names.
-	master := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + masterPort})
-	defer master.Close()
-	if n, err := master.DBSize(context.Background()).Result(); err != nil || n == 0 {
+	m := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + masterPort})
+	n, err := m.DBSize(ctx).Result()
+	m.Close()
+	if err != nil || n == 0 {
 		t.Fatalf("the master holds %d keys (%v); want webhookd's", n, err)
 	}
+
+	master.kill()
+	killed := time.Now()
+	waitFor(t, 30*time.Second, "the sentinel to promote the replica", func() bool {
+		addr, _ := sentinel.GetMasterAddrByName(ctx, "webhookd").Result()
+		return len(addr) == 2 && addr[1] == replicaPort
+	})
+	t.Logf("the replica was promoted %v after the master was killed", time.Since(killed).Round(time.Millisecond))
+	before := d.deliveredCount()
+	waitFor(t, 30*time.Second, "20 more deliveries after the failover", func() bool { return d.deliveredCount() >= before+20 })
+	close(stop)
+	<-loaded
+	d.verify(60 * time.Second)
 }
 
 // TestDeliversThroughRedisCluster runs webhookd with a redis-cluster:// URL
