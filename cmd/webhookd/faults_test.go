@@ -44,6 +44,7 @@ func TestPostgresRestartedUnderLoad(t *testing.T) {
 
 	pg.stop()
 	stopped := time.Now()
+	d.down.Store(true)
 	// While PostgreSQL is down (the load goes on beside), every POST is
 	// refused with 503 and Retry-After: never 2xx, never 500.
 	var refusedKeys []string
@@ -55,11 +56,12 @@ func TestPostgresRestartedUnderLoad(t *testing.T) {
 		}
 		refusedKeys = append(refusedKeys, key)
 	}
-	waitFor(t, 20*time.Second, "the load refused 40 times", func() bool {
+	waitFor(t, 20*time.Second, "60 POSTs refused (the probes' and the load's)", func() bool {
 		d.mu.Lock()
 		defer d.mu.Unlock()
 		return len(d.refused) >= 60
 	})
+	d.down.Store(false)
 	pg.start()
 	restarted := time.Now()
 	t.Logf("PostgreSQL was down for %v", restarted.Sub(stopped).Round(time.Millisecond))

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -121,6 +122,10 @@ type drill struct {
 	base   string // the receiver's URL; endpoints are at paths under it
 	api    string // http://host:port of the API process
 	client *http.Client
+
+	// down is set while a drill keeps PostgreSQL down: a POST sent and
+	// answered within that time must get 503.
+	down atomic.Bool
 
 	// answer answers one delivery request; it reports whether it answered
 	// 2xx (a delivery only counts as received then). Default: 204.
@@ -249,7 +254,11 @@ func (d *drill) addEndpoints(n int) {
 // must carry Retry-After; any other 5xx fails the test. It returns the
 // status and whether the answer was a replay.
 func (d *drill) sendEvent(idem string, n int) (int, bool) {
+	wasDown := d.down.Load()
 	status, h, out := d.post("/v1/events", idem, `{"type":"drill.tick","data":{"n":`+strconv.Itoa(n)+`}}`)
+	if wasDown && d.down.Load() && status != http.StatusServiceUnavailable {
+		d.t.Errorf("POST /v1/events (key %s) sent and answered while PostgreSQL was down: %d %v; want 503", idem, status, out)
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.statuses[status]++
