@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -124,10 +125,14 @@ type redisServer struct {
 }
 
 // startRedisServer starts redis-server on port with args added (the
-// first may be a config file) and waits
-// until it accepts connections. The test kills it when it ends.
+// first may be a config file) and waits until it accepts connections. Its
+// files (a replica's dump.rdb, say) go to a temporary directory unless
+// args name a --dir. The test kills it when it ends.
 func startRedisServer(t *testing.T, port string, args ...string) *redisServer {
 	t.Helper()
+	if !slices.Contains(args, "--dir") {
+		args = append(args, "--dir", t.TempDir())
+	}
 	s := &redisServer{t: t, port: port, args: args}
 	s.start()
 	t.Cleanup(s.kill)
