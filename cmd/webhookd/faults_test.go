@@ -38,9 +38,8 @@ func TestPostgresRestartedUnderLoad(t *testing.T) {
 	d.startWorker(redisURL)
 	d.addEndpoints(2)
 
-	stop := make(chan struct{})
-	loaded := d.load(25*time.Millisecond, stop)
-	waitFor(t, 20*time.Second, "20 deliveries before the restart", func() bool { return d.deliveredCount() >= 20 })
+	d.startLoad(25 * time.Millisecond)
+	d.carryOn(20, "before the restart")
 
 	pg.stop()
 	stopped := time.Now()
@@ -79,10 +78,8 @@ func TestPostgresRestartedUnderLoad(t *testing.T) {
 			t.Errorf("repeat of key %s that got 503: %d (replayed %v); want 202, processed afresh", key, status, replayed)
 		}
 	}
-	before := d.deliveredCount()
-	waitFor(t, 30*time.Second, "20 more deliveries after the restart", func() bool { return d.deliveredCount() >= before+20 })
-	close(stop)
-	<-loaded
+	d.carryOn(20, "after the restart")
+	d.stopLoad()
 	// The load's refused events are sent again with their keys, as a client
 	// does. One whose commit raced the stop is replayed (and then in the
 	// ledger); the rest are processed now.
@@ -122,9 +119,8 @@ func TestRedisRestartedWithItsData(t *testing.T) {
 	d.startWorker(redisURL)
 	d.addEndpoints(2)
 
-	stop := make(chan struct{})
-	loaded := d.load(25*time.Millisecond, stop)
-	waitFor(t, 20*time.Second, "20 deliveries before the kill", func() bool { return d.deliveredCount() >= 20 })
+	d.startLoad(25 * time.Millisecond)
+	d.carryOn(20, "before the kill")
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + port})
 	defer rdb.Close()
 	ctx := context.Background()
@@ -139,10 +135,8 @@ func TestRedisRestartedWithItsData(t *testing.T) {
 	if v, err := rdb.Get(ctx, "drill:marker").Result(); err != nil || v != "kept" {
 		t.Fatalf("after the restart the marker is %q (%v): Redis did not come back with its data", v, err)
 	}
-	before := d.deliveredCount()
-	waitFor(t, 30*time.Second, "20 more deliveries after the restart", func() bool { return d.deliveredCount() >= before+20 })
-	close(stop)
-	<-loaded
+	d.carryOn(20, "after the restart")
+	d.stopLoad()
 	d.verify(60 * time.Second)
 }
 
@@ -187,8 +181,7 @@ func TestSIGTERMUnderLoadWithSlowReceiver(t *testing.T) {
 	d.startAPI(redisURL)
 	first := d.startWorker(redisURL, "WEBHOOKD_WORKER_CONCURRENCY=6")
 	d.addEndpoints(2)
-	stop := make(chan struct{})
-	loaded := d.load(50*time.Millisecond, stop)
+	d.startLoad(50 * time.Millisecond)
 	waitFor(t, 20*time.Second, "10 deliveries and every slot busy", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
@@ -244,10 +237,8 @@ func TestSIGTERMUnderLoadWithSlowReceiver(t *testing.T) {
 	// Nothing is lost: events accepted meanwhile go out through a second
 	// worker.
 	d.startWorker(redisURL)
-	before := d.deliveredCount()
-	waitFor(t, 30*time.Second, "20 more deliveries by the second worker", func() bool { return d.deliveredCount() >= before+20 })
-	close(stop)
-	<-loaded
+	d.carryOn(20, "by the second worker")
+	d.stopLoad()
 	d.verify(60 * time.Second)
 }
 
@@ -279,8 +270,7 @@ func TestTwoWorkersOneKilled(t *testing.T) {
 	d.startAPI(redisURL)
 	a, b := d.startWorker(redisURL), d.startWorker(redisURL)
 	d.addEndpoints(2)
-	stop := make(chan struct{})
-	loaded := d.load(20*time.Millisecond, stop)
+	d.startLoad(20 * time.Millisecond)
 	waitFor(t, 30*time.Second, "200 deliveries by two workers", func() bool { return d.deliveredCount() >= 200 })
 
 	share := func() (na, nb, total int) {
@@ -311,10 +301,8 @@ func TestTwoWorkersOneKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-a.exited
-	before := d.deliveredCount()
-	waitFor(t, 30*time.Second, "200 more deliveries by the surviving worker", func() bool { return d.deliveredCount() >= before+200 })
-	close(stop)
-	<-loaded
+	d.carryOn(200, "by the surviving worker")
+	d.stopLoad()
 	d.verify(150 * time.Second)
 	t.Logf("%d requests were cut short by the kill", cut.Load())
 	if cut.Load() == 0 {
@@ -414,15 +402,13 @@ func TestReceiverFlapping(t *testing.T) {
 		}
 	}()
 
-	stop := make(chan struct{})
-	loaded := d.load(100*time.Millisecond, stop)
+	d.startLoad(100 * time.Millisecond)
 	waitFor(t, 30*time.Second, "two full cycles of the receiver", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return seen[ok] > 0 && seen[fail] > 0 && seen[hang] > 0 && d.accepted() >= 160
 	})
-	close(stop)
-	<-loaded
+	d.stopLoad()
 	d.verify(60 * time.Second)
 	mu.Lock()
 	defer mu.Unlock()

@@ -138,6 +138,7 @@ type drill struct {
 	requests  []received        // every request the receiver answered 2xx
 	statuses  map[int]int       // answers to the load's POSTs by status
 	refused   []refusal         // POSTs of events that got 503
+	stopLoad  func()            // stops startLoad's load once the last answer is in
 }
 
 // refusal is an event POST that got 503: its key and the n of its body.
@@ -288,10 +289,10 @@ func (d *drill) sendEvent(idem string, n int) (int, bool) {
 	return status, h != nil && h.Get("Idempotent-Replayed") == "true"
 }
 
-// load posts one event every interval until stop is closed; the returned
-// channel is closed once the last answer is in.
-func (d *drill) load(interval time.Duration, stop <-chan struct{}) <-chan struct{} {
-	done := make(chan struct{})
+// startLoad posts one event every interval until stopLoad.
+func (d *drill) startLoad(interval time.Duration) {
+	stop, done := make(chan struct{}), make(chan struct{})
+	d.stopLoad = func() { close(stop); <-done }
 	go func() {
 		defer close(done)
 		tick := time.NewTicker(interval)
@@ -308,7 +309,14 @@ func (d *drill) load(interval time.Duration, stop <-chan struct{}) <-chan struct
 			go func() { defer wg.Done(); d.sendEvent(uuid.NewString(), n) }()
 		}
 	}()
-	return done
+}
+
+// carryOn waits until the receiver has got n more of the accepted
+// deliveries than it has now.
+func (d *drill) carryOn(n int, what string) {
+	d.t.Helper()
+	before := d.deliveredCount()
+	waitFor(d.t, 30*time.Second, fmt.Sprintf("%d more deliveries %s", n, what), func() bool { return d.deliveredCount() >= before+n })
 }
 
 // accepted is how many deliveries the API has accepted so far.

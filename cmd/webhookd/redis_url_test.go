@@ -55,9 +55,8 @@ func TestRedisSentinelFailover(t *testing.T) {
 	d.startAPI(redisURL)
 	d.startWorker(redisURL)
 	d.addEndpoints(2)
-	stop := make(chan struct{})
-	loaded := d.load(25*time.Millisecond, stop)
-	waitFor(t, 20*time.Second, "20 deliveries through the sentinel", func() bool { return d.deliveredCount() >= 20 })
+	d.startLoad(25 * time.Millisecond)
+	d.carryOn(20, "through the sentinel")
 	// The schedule and the rate limits live on the master the sentinel names.
 	m := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + masterPort})
 	n, err := m.DBSize(ctx).Result()
@@ -73,10 +72,8 @@ func TestRedisSentinelFailover(t *testing.T) {
 		return len(addr) == 2 && addr[1] == replicaPort
 	})
 	t.Logf("the replica was promoted %v after the master was killed", time.Since(killed).Round(time.Millisecond))
-	before := d.deliveredCount()
-	waitFor(t, 30*time.Second, "20 more deliveries after the failover", func() bool { return d.deliveredCount() >= before+20 })
-	close(stop)
-	<-loaded
+	d.carryOn(20, "after the failover")
+	d.stopLoad()
 	d.verify(60 * time.Second)
 }
 
