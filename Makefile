@@ -6,6 +6,7 @@ export PATH := $(PATH):/usr/local/go/bin
 GO        ?= go
 BIN       ?= bin/webhookd
 BENCHTIME ?= 1s
+TEST_FLAGS ?=
 # The load tool (cmd/webhookd-bench) and the sizes of make bench-smoke's run:
 # small enough for CI on 2 cores; make bench uses the tool's full defaults.
 BENCH_TOOL        ?= bin/webhookd-bench
@@ -18,7 +19,7 @@ TEMPL_TOOL := github.com/a-h/templ/cmd/templ
 
 .DEFAULT_GOAL := build
 
-.PHONY: build run test bench bench-go bench-smoke bench-tool generate check-generated vet fmt-check
+.PHONY: build run test soak bench bench-go bench-smoke bench-tool generate check-generated vet fmt-check
 
 ## build: compile the webhookd binary into bin/
 build:
@@ -28,9 +29,18 @@ build:
 run:
 	bash scripts/run.sh
 
-## test: all tests, with the race detector
+## test: all tests, with the race detector (scripts/test.sh: throwaway
+## PostgreSQL/Redis when none answer at the test URLs; TEST_FLAGS are passed
+## to go test, e.g. make test TEST_FLAGS='-run TestX')
 test:
-	$(GO) test -race -count=1 ./...
+	bash scripts/test.sh $(TEST_FLAGS)
+
+## soak: the fault drills of cmd/webhookd again and again (SOAK_COUNT times,
+## default 10; about 2 minutes a round, the rounds one after another)
+SOAK_COUNT ?= 10
+SOAK_DRILLS := Test(PostgresRestarted|RedisRestarted|RedisLost|SIGTERM|TwoWorkers|WorkerKilled|ReceiverFlapping|RedisSentinel|DeliversThroughRedis)
+soak:
+	TEST_PKGS=./cmd/webhookd bash scripts/test.sh -run '$(SOAK_DRILLS)' -count=$(SOAK_COUNT) -v $(TEST_FLAGS)
 
 ## bench: the Go benchmarks, then the load tool against bin/webhookd (every
 ## scenario 3 times, medians) writing BENCHMARKS.md; about 20 minutes on 2 cores

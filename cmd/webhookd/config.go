@@ -8,13 +8,15 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/webhookd/webhookd/internal/redisurl"
 )
 
 // Config is everything webhookd reads from its environment and flags. Each
 // field's comment names its variable and default.
 type Config struct {
 	DatabaseURL          string        // WEBHOOKD_DATABASE_URL; postgres://postgres@127.0.0.1:5432/webhookd?sslmode=disable
-	RedisURL             string        // WEBHOOKD_REDIS_URL; redis://127.0.0.1:6379/0
+	RedisURL             string        // WEBHOOKD_REDIS_URL; redis://127.0.0.1:6379/0 (or redis-sentinel://, redis-cluster://: internal/redisurl)
 	APIAddr              string        // WEBHOOKD_API_ADDR; :8080
 	DashboardAddr        string        // WEBHOOKD_DASHBOARD_ADDR; :8081
 	AdminToken           string        // WEBHOOKD_ADMIN_TOKEN; random, printed once at start
@@ -85,6 +87,8 @@ func (c Config) Validate() error {
 		}
 	case c.RedisURL == "":
 		return errors.New("WEBHOOKD_REDIS_URL is required")
+	case redisURLError(c.RedisURL) != nil:
+		return fmt.Errorf("WEBHOOKD_REDIS_URL: %w", redisURLError(c.RedisURL))
 	case c.ConnectTimeout <= 0:
 		return errors.New("WEBHOOKD_CONNECT_TIMEOUT must be positive")
 	case c.ResponseTimeout <= 0:
@@ -107,6 +111,12 @@ func (c Config) Validate() error {
 		return errors.New("WEBHOOKD_ADMIN_TOKEN must be at least 16 characters (or unset, for a generated one)")
 	}
 	return nil
+}
+
+// redisURLError says what is wrong with a Redis URL, if anything.
+func redisURLError(u string) error {
+	_, err := redisurl.Parse(u)
+	return err
 }
 
 // bind registers a flag for every setting on fs, each defaulting to its

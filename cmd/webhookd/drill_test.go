@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -134,61 +132,18 @@ func TestWorkerKilledMidAttemptLosesNothing(t *testing.T) {
 
 // startWorker starts this binary as `webhookd worker` on dbURL and redisURL,
 // with private networks allowed and env added, and returns it with a
-// channel closed once it has exited (its ProcessState is then set). The
-// test kills it when it ends, and shows its log if the test failed.
+// channel closed once it has exited (its ProcessState is then set).
 func startWorker(t *testing.T, dbURL, redisURL string, env ...string) (*exec.Cmd, <-chan struct{}) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "worker")
-	cmd.Env = append(os.Environ(), "WEBHOOKD_TEST_MAIN=1", "WEBHOOKD_DATABASE_URL="+dbURL, "WEBHOOKD_REDIS_URL="+redisURL,
-		"WEBHOOKD_ALLOW_PRIVATE_NETWORKS=true")
-	cmd.Env = append(cmd.Env, env...)
-	var logs bytes.Buffer
-	cmd.Stdout, cmd.Stderr = io.Discard, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-exited // Wait has returned: logs is complete
-		if t.Failed() {
-			t.Logf("worker %d log:\n%s", cmd.Process.Pid, logs.String())
-		}
-	})
-	return cmd, exited
+	p := startProcess(t, "worker", dbURL, redisURL, env...)
+	return p.cmd, p.exited
 }
 
 // startRedis runs a throwaway redis-server (no persistence) on port and
 // returns a function that kills it with SIGKILL.
 func startRedis(t *testing.T, port string) (kill func()) {
 	t.Helper()
-	cmd := exec.Command("redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
-	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("redis-server (Debian package redis-server): %v", err)
-	}
-	done := false
-	kill = func() {
-		if !done {
-			cmd.Process.Signal(syscall.SIGKILL)
-			cmd.Wait()
-			done = true
-		}
-	}
-	t.Cleanup(kill)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c, err := net.Dial("tcp", "127.0.0.1:"+port)
-		if err == nil {
-			c.Close()
-			return kill
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("redis-server on %s did not start", port)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return startRedisServer(t, port, "--save", "", "--appendonly", "no").kill
 }
 
 // TestRedisLostEntirelyLosesNothing kills webhookd's Redis (which keeps

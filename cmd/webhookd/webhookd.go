@@ -19,6 +19,7 @@ import (
 	"github.com/webhookd/webhookd/dashboard"
 	"github.com/webhookd/webhookd/deadletter"
 	"github.com/webhookd/webhookd/dispatcher"
+	"github.com/webhookd/webhookd/internal/redisurl"
 	"github.com/webhookd/webhookd/storage"
 )
 
@@ -36,7 +37,7 @@ type Main struct {
 	Logger   *slog.Logger
 	Registry *prometheus.Registry
 	DB       *storage.DB
-	Redis    *redis.Client
+	Redis    redis.UniversalClient
 
 	// SearchPath, when set, makes every database connection work in that
 	// schema (tests).
@@ -82,12 +83,12 @@ func (m *Main) OpenRedis() error {
 	if m.Redis != nil {
 		return nil
 	}
-	opts, err := redis.ParseURL(m.Config.RedisURL)
+	opts, err := redisurl.Parse(m.Config.RedisURL)
 	if err != nil {
 		return fmt.Errorf("WEBHOOKD_REDIS_URL: %w", err)
 	}
-	opts.DialTimeout = 2 * time.Second
-	m.Redis = redis.NewClient(opts)
+	opts.DefaultDialTimeout(2 * time.Second)
+	m.Redis = opts.NewClient()
 	return nil
 }
 
