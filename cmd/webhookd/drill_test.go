@@ -140,7 +140,7 @@ func startWorker(t *testing.T, dbURL, redisURL string, env ...string) (*exec.Cmd
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "worker")
 	cmd.Env = append(os.Environ(), "WEBHOOKD_TEST_MAIN=1", "WEBHOOKD_DATABASE_URL="+dbURL, "WEBHOOKD_REDIS_URL="+redisURL,
-		"WEBHOOKD_ALLOW_PRIVATE_NETWORKS=true")
+		"WEBHOOKD_ALLOW_PRIVATE_NETWORKS=true", "WEBHOOKD_DASHBOARD_ADDR=127.0.0.1:0") // its health listener
 	cmd.Env = append(cmd.Env, env...)
 	var logs bytes.Buffer
 	cmd.Stdout, cmd.Stderr = io.Discard, &logs

@@ -27,8 +27,10 @@ const usage = `webhookd — durable webhook delivery
 
 Usage:
   webhookd all       API, worker and dashboard in one process
-  webhookd serve     the public API only
+  webhookd serve     the public API and the dashboard
   webhookd worker    deliveries, retries, the reconciler and background jobs
+                     (every kind answers /healthz, /readyz and /metrics on
+                     WEBHOOKD_DASHBOARD_ADDR)
   webhookd migrate   apply database migrations (safe to rerun)
   webhookd keys create --project NAME [--rate-limit N] [--idempotency-ttl 24h]
                      create an API key (and the project if new); prints the key alone
@@ -116,7 +118,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintln(stdout, key)
 		return nil
 	case "serve", "worker", "all":
-		roles := Roles{API: cmd != "worker", Worker: cmd != "serve", Ops: cmd == "all"}
+		// Every process kind answers /healthz, /readyz and /metrics; the
+		// worker's listener has no dashboard.
+		roles := Roles{API: cmd != "worker", Worker: cmd != "serve", Ops: true, NoDashboard: cmd == "worker"}
 		if err := m.Start(ctx, roles); err != nil {
 			return err
 		}
