@@ -100,6 +100,7 @@ type Server struct {
 	clock   webhookd.Clock
 	limiter *rateLimiter
 	mux     *http.ServeMux
+	handler http.Handler // mux, counted (metrics.go) and bounded in time (timeout.go)
 	// patterns are the routes registered, in order (for the test that
 	// holds them and the OpenAPI document together).
 	patterns []string
@@ -117,11 +118,14 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.routes()
+	if s.handler, err = s.instrument(s.mux); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
 // ServeHTTP serves the API.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
 
 // RedisDegraded reports whether the last limiter call failed to reach Redis
 // (for /readyz).

@@ -52,13 +52,24 @@ func NewQueue(rdb redis.UniversalClient, queue string, taskTimeout time.Duration
 // with TaskID = delivery id, so a delivery can never have two live tasks.
 // A delivery already queued is not an error.
 func (q *Queue) Enqueue(ctx context.Context, ds ...webhookd.ScheduledDelivery) error {
+	_, err := q.EnqueueCounting(ctx, ds...)
+	return err
+}
+
+// EnqueueCounting is Enqueue, and tells how many deliveries got a new task
+// (the others had a live one).
+func (q *Queue) EnqueueCounting(ctx context.Context, ds ...webhookd.ScheduledDelivery) (created int, err error) {
 	var errs []error
 	for _, d := range ds {
-		if err := q.enqueue(ctx, d.ID, deliveryTask{DeliveryID: d.ID, EndpointID: d.EndpointID}, d.DueAt); err != nil {
+		ok, err := q.enqueue(ctx, d.ID, deliveryTask{DeliveryID: d.ID, EndpointID: d.EndpointID}, d.DueAt)
+		if err != nil {
 			errs = append(errs, err)
 		}
+		if ok {
+			created++
+		}
 	}
-	return errors.Join(errs...)
+	return created, errors.Join(errs...)
 }
 
 // EnqueueManual schedules the redelivery requestID of a delivery now, beside
@@ -66,7 +77,8 @@ func (q *Queue) Enqueue(ctx context.Context, ds ...webhookd.ScheduledDelivery) e
 // first (storage RequestRedelivery): the attempt checks it there, and the
 // reconciler re-enqueues it from there.
 func (q *Queue) EnqueueManual(ctx context.Context, requestID, deliveryID, by string) error {
-	return q.enqueue(ctx, requestID, deliveryTask{DeliveryID: deliveryID, Manual: true, RequestID: requestID, By: by}, time.Time{})
+	_, err := q.enqueue(ctx, requestID, deliveryTask{DeliveryID: deliveryID, Manual: true, RequestID: requestID, By: by}, time.Time{})
+	return err
 }
 
 // EnqueueJob schedules a background job now.
@@ -78,16 +90,18 @@ func (q *Queue) EnqueueJob(ctx context.Context, jobID string) error {
 	return err
 }
 
-func (q *Queue) enqueue(ctx context.Context, taskID string, t deliveryTask, at time.Time) error {
+// enqueue tells whether it made a new task: false, and no error, when the
+// task id was live already.
+func (q *Queue) enqueue(ctx context.Context, taskID string, t deliveryTask, at time.Time) (bool, error) {
 	payload, err := json.Marshal(t)
 	if err != nil {
-		return err
+		return false, err
 	}
 	err = q.enqueueTask(ctx, asynq.NewTask(TaskDelivery, payload), taskID, at, q.timeout)
 	if errors.Is(err, asynq.ErrTaskIDConflict) {
-		return nil // already queued
+		return false, nil // already queued
 	}
-	return err
+	return err == nil, err
 }
 
 func (q *Queue) enqueueTask(ctx context.Context, task *asynq.Task, id string, at time.Time, timeout time.Duration) error {
