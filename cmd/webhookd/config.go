@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"time"
 )
@@ -28,6 +29,7 @@ type Config struct {
 	DatabaseMaxConns     int           // WEBHOOKD_DATABASE_MAX_CONNS; 20
 	ReconcileInterval    time.Duration // WEBHOOKD_RECONCILE_INTERVAL; 5s
 	LogLevel             string        // WEBHOOKD_LOG_LEVEL; info
+	LogFormat            string        // WEBHOOKD_LOG_FORMAT; "" (JSON lines, text on a terminal), json or text
 }
 
 // DefaultConfig returns the documented defaults.
@@ -76,6 +78,10 @@ func (c Config) Validate() error {
 		return errors.New("WEBHOOKD_DATABASE_MAX_CONNS must be at least 4")
 	case c.ReconcileInterval <= 0:
 		return errors.New("WEBHOOKD_RECONCILE_INTERVAL must be positive")
+	case c.LogFormat != "" && c.LogFormat != "json" && c.LogFormat != "text":
+		return errors.New("WEBHOOKD_LOG_FORMAT must be json or text (or unset: JSON lines, text on a terminal)")
+	case new(slog.Level).UnmarshalText([]byte(c.LogLevel)) != nil:
+		return errors.New("WEBHOOKD_LOG_LEVEL must be debug, info, warn or error")
 	case c.AdminToken != "" && len(c.AdminToken) < 16:
 		return errors.New("WEBHOOKD_ADMIN_TOKEN must be at least 16 characters (or unset, for a generated one)")
 	}
@@ -120,6 +126,7 @@ func (c *Config) bind(fs *flag.FlagSet, getenv func(string) string) func() error
 	str(&c.AdminToken, "admin-token", "WEBHOOKD_ADMIN_TOKEN", "dashboard admin token")
 	str(&c.RetrySchedule, "retry-schedule", "WEBHOOKD_RETRY_SCHEDULE", "delays between attempts")
 	str(&c.LogLevel, "log-level", "WEBHOOKD_LOG_LEVEL", "debug, info, warn or error")
+	str(&c.LogFormat, "log-format", "WEBHOOKD_LOG_FORMAT", "json or text (default: JSON lines, text on a terminal)")
 	if v := getenv("WEBHOOKD_ALLOW_PRIVATE_NETWORKS"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {

@@ -55,14 +55,12 @@ type Main struct {
 	health  *health
 }
 
-// NewMain returns a Main logging to logOut.
+// NewMain returns a Main logging to logOut (JSON lines unless it is a
+// terminal or WEBHOOKD_LOG_FORMAT says otherwise).
 func NewMain(cfg Config, logOut io.Writer) *Main {
-	level := slog.LevelInfo
-	_ = level.UnmarshalText([]byte(cfg.LogLevel))
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return &Main{Config: cfg, Registry: reg,
-		Logger: slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: level}))}
+	return &Main{Config: cfg, Registry: reg, Logger: newLogger(cfg.LogFormat, cfg.LogLevel, logOut)}
 }
 
 // OpenDB connects to PostgreSQL.
