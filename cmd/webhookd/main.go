@@ -1,6 +1,7 @@
 // Command webhookd is the durable webhook delivery service: one binary that
 // runs the API (serve), the delivery worker (worker), both with the
-// dashboard (all), migrations (migrate), API key creation (keys create), and
+// dashboard (all), migrations (migrate), API keys (keys create, list,
+// revoke), and
 // sending one event through the Go client (send).
 package main
 
@@ -34,6 +35,11 @@ Usage:
   webhookd migrate   apply database migrations (safe to rerun)
   webhookd keys create --project NAME [--rate-limit N] [--idempotency-ttl 24h]
                      create an API key (and the project if new); prints the key alone
+  webhookd keys list --project NAME
+                     the project's keys: id, prefix, created, revoked
+  webhookd keys revoke KEY_PREFIX
+                     revoke the one key with that prefix (or key id, or whole key);
+                     it gets 401 on every API process
   webhookd send --type T --data JSON|@file.json [--external-id X] [--endpoint ID]...
                      post one event through the API (WEBHOOKD_API_URL, WEBHOOKD_API_KEY);
                      prints the event id alone
@@ -47,6 +53,10 @@ func main() {
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
 		if errors.Is(err, errSendFailed) { // it said why on stderr
+			os.Exit(1)
+		}
+		if errors.As(err, new(refusedError)) { // no such key, say: not a usage error
+			fmt.Fprintln(os.Stderr, "webhookd:", err)
 			os.Exit(1)
 		}
 		if !errors.Is(err, flag.ErrHelp) {
@@ -71,8 +81,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runSend(ctx, args, getenv, stdout, stderr)
 	}
 	if cmd == "keys" {
-		if len(args) == 0 || args[0] != "create" {
-			return errors.New(`usage: webhookd keys create --project NAME [--rate-limit N] [--idempotency-ttl D]`)
+		switch {
+		case len(args) > 0 && (args[0] == "list" || args[0] == "revoke"):
+			return runKeys(ctx, args, getenv, stdout, stderr)
+		case len(args) == 0 || args[0] != "create":
+			return errors.New(keysUsage)
 		}
 		cmd, args = "keys create", args[1:]
 	}
