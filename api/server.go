@@ -44,6 +44,9 @@ type Config struct {
 	// RedisTimeout bounds each limiter call so a slow Redis cannot stall the
 	// API; default 250ms.
 	RedisTimeout time.Duration
+	// RequestTimeout bounds a request: past it the API answers 503 timeout
+	// and the work goes on (timeout.go); default 30s.
+	RequestTimeout time.Duration
 }
 
 // WithDefaults fills zero values.
@@ -72,6 +75,9 @@ func (c Config) WithDefaults() Config {
 	if c.RedisTimeout == 0 {
 		c.RedisTimeout = 250 * time.Millisecond
 	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = 30 * time.Second
+	}
 	return c
 }
 
@@ -88,6 +94,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("api config: MaxBatchBytes %d is below MaxPayloadBytes", c.MaxBatchBytes)
 	case c.IdempotencyWait < 0:
 		return errors.New("api config: IdempotencyWait is negative")
+	case c.RequestTimeout < 0:
+		return errors.New("api config: RequestTimeout is negative")
 	}
 	return nil
 }
@@ -100,7 +108,7 @@ type Server struct {
 	clock   webhookd.Clock
 	limiter *rateLimiter
 	mux     *http.ServeMux
-	handler http.Handler // mux, counted (metrics.go) and bounded in time (timeout.go)
+	handler http.Handler // mux, counted (metrics.go), bounded in time (timeout.go)
 	// patterns are the routes registered, in order (for the test that
 	// holds them and the OpenAPI document together).
 	patterns []string
@@ -119,6 +127,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.routes()
 	if s.handler, err = s.instrument(s.mux); err != nil {
+		return nil, err
+	}
+	if s.handler, err = s.bounded(s.handler); err != nil {
 		return nil, err
 	}
 	return s, nil

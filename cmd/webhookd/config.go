@@ -30,6 +30,7 @@ type Config struct {
 	ReconcileInterval    time.Duration // WEBHOOKD_RECONCILE_INTERVAL; 5s
 	LogLevel             string        // WEBHOOKD_LOG_LEVEL; info
 	LogFormat            string        // WEBHOOKD_LOG_FORMAT; "" (JSON lines, text on a terminal), json or text
+	RequestTimeout       time.Duration // WEBHOOKD_REQUEST_TIMEOUT; 30s
 }
 
 // DefaultConfig returns the documented defaults.
@@ -50,6 +51,7 @@ func DefaultConfig() Config {
 		DatabaseMaxConns:    20,
 		ReconcileInterval:   5 * time.Second,
 		LogLevel:            "info",
+		RequestTimeout:      30 * time.Second,
 	}
 }
 
@@ -76,6 +78,8 @@ func (c Config) Validate() error {
 		return errors.New("WEBHOOKD_ENDPOINT_MAX_IN_FLIGHT must be at least 1")
 	case c.DatabaseMaxConns < 4:
 		return errors.New("WEBHOOKD_DATABASE_MAX_CONNS must be at least 4")
+	case c.RequestTimeout <= 0:
+		return errors.New("WEBHOOKD_REQUEST_TIMEOUT must be positive")
 	case c.ReconcileInterval <= 0:
 		return errors.New("WEBHOOKD_RECONCILE_INTERVAL must be positive")
 	case c.LogFormat != "" && c.LogFormat != "json" && c.LogFormat != "text":
@@ -141,6 +145,7 @@ func (c *Config) bind(fs *flag.FlagSet, getenv func(string) string) func() error
 	dur(&c.Retention, "retention", "WEBHOOKD_RETENTION", "how long deliveries, attempts and dead letters are kept")
 	i64(&c.MaxPayloadBytes, "max-payload-bytes", "WEBHOOKD_MAX_PAYLOAD_BYTES", "largest request body")
 	i64(&c.MaxBatchBytes, "max-batch-bytes", "WEBHOOKD_MAX_BATCH_BYTES", "largest batch request body")
+	dur(&c.RequestTimeout, "request-timeout", "WEBHOOKD_REQUEST_TIMEOUT", "longest an API request may take before it answers 503 timeout")
 	dur(&c.ReconcileInterval, "reconcile-interval", "WEBHOOKD_RECONCILE_INTERVAL", "how often due deliveries without a task are re-enqueued")
 	conc, perEndpoint, conns := int64(c.WorkerConcurrency), int64(c.EndpointMaxInFlight), int64(c.DatabaseMaxConns)
 	i64(&conc, "worker-concurrency", "WEBHOOKD_WORKER_CONCURRENCY", "parallel deliveries per worker")

@@ -142,7 +142,7 @@ func (m *Main) Start(ctx context.Context, roles Roles) error {
 	if roles.API {
 		srv, err := api.New(api.Config{DB: m.DB, Redis: m.Redis, Enqueuer: m.Queue, Logger: m.Logger, Metrics: m.Registry,
 			MaxPayloadBytes: m.Config.MaxPayloadBytes, MaxBatchBytes: m.Config.MaxBatchBytes,
-			AllowPrivateNetworks: m.Config.AllowPrivateNetworks})
+			AllowPrivateNetworks: m.Config.AllowPrivateNetworks, RequestTimeout: m.Config.RequestTimeout})
 		if err != nil {
 			return err
 		}
