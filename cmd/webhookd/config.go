@@ -31,6 +31,7 @@ type Config struct {
 	LogLevel             string        // WEBHOOKD_LOG_LEVEL; info
 	LogFormat            string        // WEBHOOKD_LOG_FORMAT; "" (JSON lines, text on a terminal), json or text
 	RequestTimeout       time.Duration // WEBHOOKD_REQUEST_TIMEOUT; 30s
+	EncryptionKey        string        // WEBHOOKD_ENCRYPTION_KEY; none: secrets stored in clear
 }
 
 // DefaultConfig returns the documented defaults.
@@ -130,6 +131,7 @@ func (c *Config) bind(fs *flag.FlagSet, getenv func(string) string) func() error
 	str(&c.AdminToken, "admin-token", "WEBHOOKD_ADMIN_TOKEN", "dashboard admin token")
 	str(&c.RetrySchedule, "retry-schedule", "WEBHOOKD_RETRY_SCHEDULE", "delays between attempts")
 	str(&c.LogLevel, "log-level", "WEBHOOKD_LOG_LEVEL", "debug, info, warn or error")
+	str(&c.EncryptionKey, "encryption-key", "WEBHOOKD_ENCRYPTION_KEY", "ID:BASE64KEY[,ID:BASE64KEY]: encrypt endpoint secrets at rest with the first")
 	str(&c.LogFormat, "log-format", "WEBHOOKD_LOG_FORMAT", "json or text (default: JSON lines, text on a terminal)")
 	if v := getenv("WEBHOOKD_ALLOW_PRIVATE_NETWORKS"); v != "" {
 		b, err := strconv.ParseBool(v)

@@ -40,6 +40,9 @@ Usage:
   webhookd keys revoke KEY_PREFIX
                      revoke the one key with that prefix (or key id, or whole key);
                      it gets 401 on every API process
+  webhookd secrets reseal
+                     encrypt every endpoint secret and stored response with the first
+                     key of WEBHOOKD_ENCRYPTION_KEY (after turning it on, or rotating)
   webhookd send --type T --data JSON|@file.json [--external-id X] [--endpoint ID]...
                      post one event through the API (WEBHOOKD_API_URL, WEBHOOKD_API_KEY);
                      prints the event id alone
@@ -79,6 +82,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	cmd, args := args[0], args[1:]
 	if cmd == "send" {
 		return runSend(ctx, args, getenv, stdout, stderr)
+	}
+	if cmd == "secrets" {
+		return runSecrets(ctx, args, getenv, stdout, stderr)
 	}
 	if cmd == "keys" {
 		switch {

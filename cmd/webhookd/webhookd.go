@@ -69,7 +69,7 @@ func (m *Main) OpenDB(ctx context.Context) error {
 		return nil
 	}
 	db, err := storage.Open(ctx, storage.Config{URL: m.Config.DatabaseURL, SearchPath: m.SearchPath,
-		MaxConns: int32(m.Config.DatabaseMaxConns)}) // attempts hold no connection through their request
+		MaxConns: int32(m.Config.DatabaseMaxConns), EncryptionKeys: m.Config.EncryptionKey}) // attempts hold no connection through their request
 	if err != nil {
 		return err
 	}
