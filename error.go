@@ -22,6 +22,7 @@ const (
 	CodePayloadTooLarge          = "payload_too_large"
 	CodeRateLimited              = "rate_limited"
 	CodeUnavailable              = "unavailable"
+	CodeTimeout                  = "timeout" // 503: the API's bound on a request passed; the work may still commit
 	CodeInternal                 = "internal"
 )
 

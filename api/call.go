@@ -39,7 +39,7 @@ type handlerFunc func(c *call) (int, any, error)
 func (s *Server) handle(pattern string, h func(http.ResponseWriter, *http.Request, *call)) {
 	s.patterns = append(s.patterns, pattern)
 	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
-		c := &call{r: r, ctx: r.Context(), requestID: storage.NewRequestID(), header: http.Header{}}
+		c := &call{r: r, ctx: r.Context(), requestID: requestIDOf(r), header: http.Header{}}
 		w.Header().Set("X-Request-Id", c.requestID)
 		project, authErr, limited := s.authenticate(w, c)
 		if limited {

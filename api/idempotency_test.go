@@ -318,7 +318,8 @@ func waitFor(t *testing.T, cond func() bool) {
 func pgWaiting(t *testing.T, h *harness) int {
 	var n int
 	err := h.db.Pool().QueryRow(context.Background(),
-		`SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO events%'`).Scan(&n)
+		`SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO events%'
+			AND application_name = current_setting('application_name')`).Scan(&n) // this test's schema only
 	if err != nil {
 		t.Fatal(err)
 	}

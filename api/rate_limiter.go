@@ -23,6 +23,7 @@ type rateLimiter struct {
 	timeout  time.Duration
 	log      *slog.Logger
 	failOpen prometheus.Counter
+	rejected prometheus.Counter
 	down     atomic.Bool
 	lastLog  atomic.Int64 // unix seconds of the last fail-open log line
 	// probeAt is when (unix nanoseconds) Redis may be asked again after a
@@ -39,9 +40,15 @@ func newRateLimiter(rdb redis.UniversalClient, prefix string, timeout time.Durat
 		failOpen: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "webhookd_api_ratelimit_fail_open_total",
 			Help: "API requests let through unlimited because Redis could not be reached.",
+		}),
+		rejected: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "webhookd_api_rate_limited_total",
+			Help: "API requests refused with 429 rate_limited.",
 		})}
-	if err := reg.Register(l.failOpen); err != nil {
-		return nil, err
+	for _, c := range []prometheus.Collector{l.failOpen, l.rejected} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
 	}
 	return l, nil
 }
@@ -78,6 +85,7 @@ func (l *rateLimiter) allow(ctx context.Context, key string, perMinute int, now 
 		reset: now.Add(res.ResetAfter)}
 	if !out.allowed {
 		out.retryAfter = res.RetryAfter
+		l.rejected.Inc()
 	}
 	return out
 }

@@ -34,7 +34,7 @@ func statusOf(code string) int {
 		return http.StatusRequestEntityTooLarge
 	case webhookd.CodeRateLimited:
 		return http.StatusTooManyRequests
-	case webhookd.CodeUnavailable:
+	case webhookd.CodeUnavailable, webhookd.CodeTimeout:
 		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError

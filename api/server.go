@@ -58,6 +58,9 @@ type Config struct {
 	// RedisTimeout bounds each limiter call so a slow Redis cannot stall the
 	// API; default 250ms.
 	RedisTimeout time.Duration
+	// RequestTimeout bounds a request: past it the API answers 503 timeout
+	// and the work goes on (timeout.go); default 30s.
+	RequestTimeout time.Duration
 }
 
 // WithDefaults fills zero values.
@@ -92,6 +95,9 @@ func (c Config) WithDefaults() Config {
 	if c.RedisTimeout == 0 {
 		c.RedisTimeout = 250 * time.Millisecond
 	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = 30 * time.Second
+	}
 	return c
 }
 
@@ -108,6 +114,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("api config: MaxBatchBytes %d is below MaxPayloadBytes", c.MaxBatchBytes)
 	case c.IdempotencyWait < 0:
 		return errors.New("api config: IdempotencyWait is negative")
+	case c.RequestTimeout < 0:
+		return errors.New("api config: RequestTimeout is negative")
 	}
 	return nil
 }
@@ -122,6 +130,7 @@ type Server struct {
 	keys    *keyCache
 	stop    context.CancelFunc // ends the key-revocation watch
 	mux     *http.ServeMux
+	handler http.Handler // mux, counted (metrics.go), bounded in time (timeout.go)
 	// patterns are the routes registered, in order (for the test that
 	// holds them and the OpenAPI document together).
 	patterns []string
@@ -139,6 +148,12 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.routes()
+	if s.handler, err = s.instrument(s.mux); err != nil {
+		return nil, err
+	}
+	if s.handler, err = s.bounded(s.handler); err != nil {
+		return nil, err
+	}
 	ctx, stop := context.WithCancel(context.Background())
 	s.stop = stop
 	go watchRevocations(ctx, cfg.Redis, s.keys, s.log)
@@ -150,7 +165,7 @@ func New(cfg Config) (*Server, error) {
 func (s *Server) Close() { s.stop() }
 
 // ServeHTTP serves the API.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
 
 // RedisDegraded reports whether the last limiter call failed to reach Redis
 // (for /readyz).

@@ -236,6 +236,9 @@ func (d *Deliverer) record(ctx context.Context, r storage.Record) (bool, error) 
 	wait := 100 * time.Millisecond
 	for try := 1; ; try++ {
 		applied, err := d.records.Do(ctx, r)
+		if applied {
+			d.metrics.recorded(r)
+		}
 		if err == nil || errors.Is(err, errBatcherStopped) || try == 8 {
 			return applied, err
 		}
@@ -303,6 +306,7 @@ func (d *Deliverer) Replay(ctx context.Context, deliveryID, by string) (bool, er
 		res, err := d.Attempt(ctx, Request{DeliveryID: deliveryID, Manual: true, Replay: true, By: by})
 		var ra *RetryAt
 		if !errors.As(err, &ra) {
+			d.metrics.replayed(res.Succeeded || res.Skipped, err)
 			return res.Succeeded || res.Skipped, err
 		}
 		t := time.NewTimer(min(max(time.Until(ra.At), 50*time.Millisecond), time.Second))

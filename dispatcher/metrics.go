@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"context"
 	"strconv"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/storage"
 )
 
 // metrics are the worker's Prometheus series.
@@ -19,6 +21,12 @@ type metrics struct {
 	offered   prometheus.Counter
 	held      *prometheus.CounterVec
 	groups    *prometheus.HistogramVec
+	// reenqueued counts deliveries the reconciler gave a new task (their
+	// own was lost, with Redis say); deadLetters, dead letters made by
+	// reason; replays, dead-letter replays of background jobs by result.
+	reenqueued  prometheus.Counter
+	deadLetters *prometheus.CounterVec
+	replays     *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -50,8 +58,24 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Claims or records written together in one statement and commit.",
 			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},
 		}, []string{"kind"}),
+		reenqueued: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "webhookd_reconciler_reenqueued_total",
+			Help: "Due deliveries the reconciler found without a task and enqueued again (a rise means tasks were lost from Redis).",
+		}),
+		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "webhookd_dead_letters_total",
+			Help: "Deliveries that became dead letters, by reason.",
+		}, []string{"reason"}),
+		replays: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "webhookd_dead_letter_replays_total",
+			Help: "Dead letters replayed by background jobs, by result (succeeded, failed).",
+		}, []string{"result"}),
 	}
-	for _, c := range []prometheus.Collector{m.attempts, m.duration, m.reconcile, m.offered, m.held, m.groups} {
+	for _, reason := range []string{webhookd.ReasonExhausted, webhookd.ReasonClientError, webhookd.ReasonRedirect, webhookd.ReasonEndpointDisabled} {
+		m.deadLetters.WithLabelValues(reason) // every series from the start, so rate() sees the first one
+	}
+	for _, c := range []prometheus.Collector{m.attempts, m.duration, m.reconcile, m.offered, m.held, m.groups,
+		m.reenqueued, m.deadLetters, m.replays} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -69,6 +93,71 @@ func (m *metrics) observe(a webhookd.Attempt, outcome string) {
 }
 
 func (m *metrics) observeReconcile(d time.Duration) { m.reconcile.Observe(d.Seconds()) }
+
+// recorded counts what a recorded transition made: a new dead letter.
+func (m *metrics) recorded(r storage.Record) {
+	if r.Transition.Status == webhookd.DeliveryDeadLetter && r.Lease.Delivery.Status != webhookd.DeliveryDeadLetter {
+		m.deadLetters.WithLabelValues(r.Transition.DeadLetterReason).Inc()
+	}
+}
+
+// replayed counts one replay of a background job.
+func (m *metrics) replayed(ok bool, err error) {
+	switch {
+	case err == nil && ok:
+		m.replays.WithLabelValues("succeeded").Inc()
+	case err == nil:
+		m.replays.WithLabelValues("failed").Inc()
+	}
+}
+
+// backlogCollector reports, at each scrape, how long the longest-waiting
+// due delivery of each waiting status has waited and the background jobs
+// still to run, read from PostgreSQL through indexes within a short
+// timeout (nothing when it cannot be read).
+type backlogCollector struct {
+	db                   *storage.DB
+	clock                webhookd.Clock
+	oldest, jobs, remain *prometheus.Desc
+}
+
+func newBacklogCollector(db *storage.DB, clock webhookd.Clock) *backlogCollector {
+	return &backlogCollector{db: db, clock: clock,
+		oldest: prometheus.NewDesc("webhookd_deliveries_oldest_due_seconds",
+			"How long the longest-waiting due delivery of each status (pending, retrying) not held by an attempt has been due; 0 when none is.",
+			[]string{"status"}, nil),
+		jobs: prometheus.NewDesc("webhookd_jobs", "Background jobs (dead-letter replays) by status: queued or running.",
+			[]string{"status"}, nil),
+		remain: prometheus.NewDesc("webhookd_job_items_remaining",
+			"Dead letters the queued and running replay jobs have still to replay.", nil, nil)}
+}
+
+func (c *backlogCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.oldest
+	ch <- c.jobs
+	ch <- c.remain
+}
+
+func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	now := c.clock.Now()
+	b, err := c.db.Store().ReadBacklog(ctx, now)
+	if err != nil {
+		return
+	}
+	for _, status := range []string{webhookd.DeliveryPending, webhookd.DeliveryRetrying} {
+		age := 0.0
+		if at, ok := b.OldestDue[status]; ok {
+			age = max(now.Sub(at).Seconds(), 0)
+		}
+		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, age, status)
+	}
+	for _, status := range []string{"queued", "running"} {
+		ch <- prometheus.MustNewConstMetric(c.jobs, prometheus.GaugeValue, float64(b.Jobs[status]), status)
+	}
+	ch <- prometheus.MustNewConstMetric(c.remain, prometheus.GaugeValue, float64(b.JobsRemaining))
+}
 
 // queueCollector reports the asynq queue's size by task state at each
 // scrape (nothing when Redis cannot be reached).

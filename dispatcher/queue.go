@@ -55,12 +55,22 @@ func NewQueue(rdb redis.UniversalClient, queue string, taskTimeout time.Duration
 // with TaskID = delivery id, so a delivery can never have two live tasks.
 // A delivery already queued is not an error.
 func (q *Queue) Enqueue(ctx context.Context, ds ...webhookd.ScheduledDelivery) error {
+	_, err := q.EnqueueCounting(ctx, ds...)
+	return err
+}
+
+// EnqueueCounting is Enqueue, and tells how many deliveries got a new task
+// (the others had a live one). asynq v0.26 enqueues one task per round
+// trip; many travel side by side instead of one after another.
+func (q *Queue) EnqueueCounting(ctx context.Context, ds ...webhookd.ScheduledDelivery) (created int, err error) {
 	if len(ds) == 1 {
 		d := ds[0]
-		return q.enqueue(ctx, d.ID, deliveryTask{DeliveryID: d.ID, EndpointID: d.EndpointID}, d.DueAt)
+		ok, err := q.enqueue(ctx, d.ID, deliveryTask{DeliveryID: d.ID, EndpointID: d.EndpointID}, d.DueAt)
+		if ok {
+			created = 1
+		}
+		return created, err
 	}
-	// asynq v0.26 enqueues one task per round trip; many travel side by
-	// side instead of one after another.
 	var (
 		mu   sync.Mutex
 		errs []error
@@ -69,16 +79,20 @@ func (q *Queue) Enqueue(ctx context.Context, ds ...webhookd.ScheduledDelivery) e
 	g.SetLimit(enqueueParallelism)
 	for _, d := range ds {
 		g.Go(func() error {
-			if err := q.enqueue(ctx, d.ID, deliveryTask{DeliveryID: d.ID, EndpointID: d.EndpointID}, d.DueAt); err != nil {
-				mu.Lock()
+			ok, err := q.enqueue(ctx, d.ID, deliveryTask{DeliveryID: d.ID, EndpointID: d.EndpointID}, d.DueAt)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
 				errs = append(errs, err)
-				mu.Unlock()
+			}
+			if ok {
+				created++
 			}
 			return nil
 		})
 	}
 	g.Wait()
-	return errors.Join(errs...)
+	return created, errors.Join(errs...)
 }
 
 // enqueueParallelism bounds the enqueues of one Enqueue call in flight at
@@ -90,7 +104,8 @@ const enqueueParallelism = 8
 // first (storage RequestRedelivery): the attempt checks it there, and the
 // reconciler re-enqueues it from there.
 func (q *Queue) EnqueueManual(ctx context.Context, requestID, deliveryID, by string) error {
-	return q.enqueue(ctx, requestID, deliveryTask{DeliveryID: deliveryID, Manual: true, RequestID: requestID, By: by}, time.Time{})
+	_, err := q.enqueue(ctx, requestID, deliveryTask{DeliveryID: deliveryID, Manual: true, RequestID: requestID, By: by}, time.Time{})
+	return err
 }
 
 // EnqueueJob schedules a background job now.
@@ -102,16 +117,18 @@ func (q *Queue) EnqueueJob(ctx context.Context, jobID string) error {
 	return err
 }
 
-func (q *Queue) enqueue(ctx context.Context, taskID string, t deliveryTask, at time.Time) error {
+// enqueue tells whether it made a new task: false, and no error, when the
+// task id was live already.
+func (q *Queue) enqueue(ctx context.Context, taskID string, t deliveryTask, at time.Time) (bool, error) {
 	payload, err := json.Marshal(t)
 	if err != nil {
-		return err
+		return false, err
 	}
 	err = q.enqueueTask(ctx, asynq.NewTask(TaskDelivery, payload), taskID, at, q.timeout)
 	if errors.Is(err, asynq.ErrTaskIDConflict) {
-		return nil // already queued
+		return false, nil // already queued
 	}
-	return err
+	return err == nil, err
 }
 
 func (q *Queue) enqueueTask(ctx context.Context, task *asynq.Task, id string, at time.Time, timeout time.Duration) error {

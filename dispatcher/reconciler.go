@@ -41,9 +41,11 @@ type Reconciler struct {
 	// MaxPerPass: default DefaultReconcileMaxPerPass.
 	MaxPerPass int
 	// Observe, if set, is told how long each pass that ran took; Offered,
-	// how many deliveries it offered.
-	Observe func(time.Duration)
-	Offered func(float64)
+	// how many deliveries it offered; Reenqueued, how many of those had no
+	// task and got a new one.
+	Observe    func(time.Duration)
+	Offered    func(float64)
+	Reenqueued func(float64)
 
 	cursor storage.DueCursor
 	loop
@@ -102,7 +104,11 @@ func (r *Reconciler) offerDue(ctx context.Context) (int, error) {
 		last := due[len(due)-1]
 		r.cursor = storage.DueCursor{At: last.DueAt, ID: last.ID}
 	}
-	return len(due), r.Queue.Enqueue(ctx, due...)
+	created, err := r.Queue.EnqueueCounting(ctx, due...)
+	if r.Reenqueued != nil {
+		r.Reenqueued(float64(created))
+	}
+	return len(due), err
 }
 
 // enqueueRedeliveries re-enqueues manual attempts asked for and not yet

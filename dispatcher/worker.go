@@ -164,6 +164,9 @@ func NewWorker(cfg Config) (*Worker, error) {
 	if err := cfg.Metrics.Register(newQueueCollector(cfg.Redis, cfg.Queue)); err != nil {
 		return nil, err
 	}
+	if err := cfg.Metrics.Register(newBacklogCollector(cfg.DB, cfg.Clock)); err != nil {
+		return nil, err
+	}
 	q := NewQueue(cfg.Redis, cfg.Queue, cfg.TaskTimeout())
 	g := newGate(cfg.EndpointMaxInFlight, 100*time.Millisecond)
 	d := &Deliverer{db: cfg.DB, client: NewHTTPClient(cfg.HTTP), schedule: cfg.Schedule, clock: cfg.Clock,
@@ -172,7 +175,7 @@ func NewWorker(cfg Config) (*Worker, error) {
 		gate: g, holder: newHolder(cfg.Redis, q, g, cfg.Clock, cfg.Logger, m.held)}
 	w := &Worker{cfg: cfg, Deliverer: d, Queue: q, holder: d.holder,
 		reconciler: &Reconciler{DB: cfg.DB, Queue: q, Interval: cfg.ReconcileInterval, Grace: cfg.ReconcileGrace,
-			Clock: cfg.Clock, Logger: cfg.Logger, Observe: m.observeReconcile, Offered: m.offered.Add},
+			Clock: cfg.Clock, Logger: cfg.Logger, Observe: m.observeReconcile, Offered: m.offered.Add, Reenqueued: m.reenqueued.Add},
 		retention: &Retention{DB: cfg.DB, Keep: cfg.Retention, Interval: cfg.RetentionInterval, Clock: cfg.Clock,
 			Logger: cfg.Logger}}
 	w.server = asynq.NewServerFromRedisClient(cfg.Redis, asynq.Config{

@@ -380,7 +380,7 @@ func (s *Store) endpointHealth(ctx context.Context, list []EndpointRow, since ti
 // DashboardEndpoint returns the live endpoint id of any project, or
 // not_found.
 func (s *Store) DashboardEndpoint(ctx context.Context, id string) (webhookd.Endpoint, error) {
-	e, err := scanEndpoint(s.q.QueryRow(ctx, `SELECT `+endpointColumns+` FROM endpoints
+	e, err := s.scanEndpoint(s.q.QueryRow(ctx, `SELECT `+endpointColumns+` FROM endpoints
 		WHERE id = $1 AND deleted_at IS NULL`, id))
 	return e, translate(err, "endpoint")
 }

@@ -28,6 +28,7 @@ var migrations embed.FS
 // DB is the PostgreSQL store of one webhookd deployment.
 type DB struct {
 	pool *pgxpool.Pool
+	box  *secretBox // nil: secrets stored as they are
 }
 
 // Config tells Open where PostgreSQL is.
@@ -37,6 +38,10 @@ type Config struct {
 	// SearchPath, when set, is the schema every connection works in (tests
 	// give each test its own).
 	SearchPath string
+	// EncryptionKeys, when set, encrypts endpoint secrets and stored
+	// responses at rest: "ID:BASE64KEY[,ID:BASE64KEY]...", 32-byte keys,
+	// the first sealing new values (WEBHOOKD_ENCRYPTION_KEY).
+	EncryptionKeys string
 }
 
 // Open connects a pool and checks that PostgreSQL answers.
@@ -44,6 +49,10 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 	pc, err := pgxpool.ParseConfig(cfg.URL)
 	if err != nil {
 		return nil, fmt.Errorf("parse database url: %w", err)
+	}
+	box, err := parseSecretBox(cfg.EncryptionKeys)
+	if err != nil {
+		return nil, fmt.Errorf("WEBHOOKD_ENCRYPTION_KEY: %w", err)
 	}
 	pc.MaxConns = 20
 	if cfg.MaxConns > 0 {
@@ -63,7 +72,7 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 		pool.Close()
 		return nil, fmt.Errorf("ping database: %w", err)
 	}
-	return &DB{pool: pool}, nil
+	return &DB{pool: pool, box: box}, nil
 }
 
 // Pool returns the underlying pool (for tests and health checks).
@@ -150,6 +159,7 @@ type Store struct {
 	// transaction's owner sends them with its own last statement, in one
 	// round trip (WithIdempotency, with the stored response).
 	later *pgx.Batch
+	box   *secretBox // seals endpoint secrets (DB.box)
 }
 
 // execLater runs a write whose result nobody reads: queued for the
@@ -164,7 +174,7 @@ func (s *Store) execLater(ctx context.Context, tx pgx.Tx, sql string, args ...an
 }
 
 // Store returns a Store working directly on the pool.
-func (db *DB) Store() *Store { return &Store{q: db.pool} }
+func (db *DB) Store() *Store { return &Store{q: db.pool, box: db.box} }
 
 // inTx runs fn in a transaction: the Store's own one, or a new one.
 func (s *Store) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {

@@ -15,13 +15,17 @@ const SecretOverlap = 24 * time.Hour
 const endpointColumns = `id, project_id, url, description, event_types, status, disabled_reason,
 	rate_limit_per_second, secret, previous_secret, previous_expires_at, version, created_at, updated_at, max_in_flight`
 
-func scanEndpoint(row pgx.Row) (webhookd.Endpoint, error) {
+// scanEndpoint reads an endpoint of endpointColumns, its secrets opened.
+func (s *Store) scanEndpoint(row pgx.Row) (webhookd.Endpoint, error) {
 	var e webhookd.Endpoint
 	err := row.Scan(&e.ID, &e.ProjectID, &e.URL, &e.Description, &e.EventTypes, &e.Status, &e.DisabledReason,
 		&e.RateLimitPerSecond, &e.Secret, &e.PreviousSecret, &e.PreviousExpiresAt, &e.Version, &e.CreatedAt, &e.UpdatedAt,
 		&e.MaxInFlight)
 	if e.EventTypes == nil {
 		e.EventTypes = []string{}
+	}
+	if err == nil {
+		err = s.box.openSecrets(&e.Secret, &e.PreviousSecret)
 	}
 	return e, err
 }
@@ -46,8 +50,8 @@ func (s *Store) CreateEndpoint(ctx context.Context, projectID string, n NewEndpo
 			max_in_flight)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, $9)
 		RETURNING `+endpointColumns,
-		newID(prefixEndpoint), projectID, n.URL, n.Description, n.EventTypes, n.RateLimitPerSecond, n.Secret, now, n.MaxInFlight)
-	e, err := scanEndpoint(row)
+		newID(prefixEndpoint), projectID, n.URL, n.Description, n.EventTypes, n.RateLimitPerSecond, s.box.sealString(n.Secret), now, n.MaxInFlight)
+	e, err := s.scanEndpoint(row)
 	return e, translate(err, "endpoint")
 }
 
@@ -55,7 +59,7 @@ func (s *Store) CreateEndpoint(ctx context.Context, projectID string, n NewEndpo
 func (s *Store) GetEndpoint(ctx context.Context, projectID, id string) (webhookd.Endpoint, error) {
 	row := s.q.QueryRow(ctx, `SELECT `+endpointColumns+` FROM endpoints
 		WHERE id = $1 AND project_id = $2 AND deleted_at IS NULL`, id, projectID)
-	e, err := scanEndpoint(row)
+	e, err := s.scanEndpoint(row)
 	return e, translate(err, "endpoint")
 }
 
@@ -74,7 +78,7 @@ func (s *Store) ListEndpoints(ctx context.Context, projectID string, page Page) 
 	if err != nil {
 		return nil, false, translate(err, "list endpoints")
 	}
-	list, err := collect(rows, scanEndpoint)
+	list, err := collect(rows, s.scanEndpoint)
 	if err != nil {
 		return nil, false, translate(err, "list endpoints")
 	}
@@ -101,7 +105,7 @@ type EndpointPatch struct {
 func (s *Store) UpdateEndpoint(ctx context.Context, projectID, id string, p EndpointPatch, now time.Time) (webhookd.Endpoint, error) {
 	var out webhookd.Endpoint
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		cur, err := scanEndpoint(tx.QueryRow(ctx, `SELECT `+endpointColumns+` FROM endpoints
+		cur, err := s.scanEndpoint(tx.QueryRow(ctx, `SELECT `+endpointColumns+` FROM endpoints
 			WHERE id = $1 AND project_id = $2 AND deleted_at IS NULL FOR UPDATE`, id, projectID))
 		if err != nil {
 			return err
@@ -133,7 +137,7 @@ func (s *Store) UpdateEndpoint(ctx context.Context, projectID, id string, p Endp
 				cur.DisabledReason = &reason
 			}
 		}
-		out, err = scanEndpoint(tx.QueryRow(ctx, `
+		out, err = s.scanEndpoint(tx.QueryRow(ctx, `
 			UPDATE endpoints SET url = $3, description = $4, event_types = $5, rate_limit_per_second = $6,
 				status = $7, disabled_reason = $8, version = version + 1, updated_at = $9, max_in_flight = $10
 			WHERE id = $1 AND project_id = $2
@@ -167,8 +171,8 @@ func (s *Store) RotateSecret(ctx context.Context, projectID, id, secret string, 
 	row := s.q.QueryRow(ctx, `
 		UPDATE endpoints SET previous_secret = secret, previous_expires_at = $4, secret = $3, updated_at = $5
 		WHERE id = $1 AND project_id = $2 AND deleted_at IS NULL
-		RETURNING `+endpointColumns, id, projectID, secret, now.Add(SecretOverlap), now)
-	e, err := scanEndpoint(row)
+		RETURNING `+endpointColumns, id, projectID, s.box.sealString(secret), now.Add(SecretOverlap), now)
+	e, err := s.scanEndpoint(row)
 	return e, translate(err, "endpoint")
 }
 

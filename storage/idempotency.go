@@ -145,7 +145,7 @@ func (db *DB) tryIdempotent(ctx context.Context, k IdempotencyKey, now time.Time
 	// Writes of the work whose results nobody reads travel with the stored
 	// response and the commit, in one round trip.
 	later := &pgx.Batch{}
-	resp, err := fn(&Store{q: tx, tx: tx, later: later})
+	resp, err := fn(&Store{q: tx, tx: tx, later: later, box: db.box})
 	switch ok, cerr := claimed(); {
 	case cerr != nil:
 		return StoredResponse{}, false, cerr
@@ -161,7 +161,7 @@ func (db *DB) tryIdempotent(ctx context.Context, k IdempotencyKey, now time.Time
 		later.Queue("ROLLBACK TO SAVEPOINT work")
 	}
 	later.Queue(`UPDATE idempotency_records SET status_code = $3, content_type = $4, response_body = $5
-		WHERE project_id = $1 AND key = $2`, k.ProjectID, k.Key, resp.StatusCode, resp.ContentType, resp.Body)
+		WHERE project_id = $1 AND key = $2`, k.ProjectID, k.Key, resp.StatusCode, resp.ContentType, db.box.seal(resp.Body)) // it may hold a secret
 	commit := later.Queue("COMMIT")
 	var tag pgconn.CommandTag
 	commit.Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
@@ -193,6 +193,9 @@ func (db *DB) storedResponse(ctx context.Context, k IdempotencyKey) (StoredRespo
 	if !bytes.Equal(fp, k.Fingerprint[:]) {
 		return StoredResponse{}, false, &webhookd.Error{Code: webhookd.CodeIdempotencyKeyMismatch,
 			Message: "this Idempotency-Key was used with a different request; use a new key for a new request"}
+	}
+	if resp.Body, err = db.box.open(resp.Body); err != nil {
+		return StoredResponse{}, false, fmt.Errorf("read idempotency record: %w", err)
 	}
 	return resp, true, nil
 }

@@ -112,6 +112,9 @@ func (db *DB) ClaimDeliveries(ctx context.Context, now, until time.Time, cs []Cl
 			&l.MaxInFlight, &l.Trigger, &l.ManualRequest, &l.ManualBy); err != nil {
 			return nil, fmt.Errorf("claim deliveries: %w", err)
 		}
+		if err := db.box.openSecrets(&ep.Secret, &ep.PreviousSecret); err != nil {
+			return nil, fmt.Errorf("claim deliveries: %w", err)
+		}
 		l.Found, l.Token = true, cs[ord-1].Token
 		ev.ID, ev.ProjectID = d.EventID, d.ProjectID
 		ep.ID, ep.ProjectID = d.EndpointID, d.ProjectID

@@ -6,6 +6,10 @@ import (
 	"time"
 )
 
+// DefaultPurgeBatch is how many rows one statement of a purge deletes at
+// most.
+const DefaultPurgeBatch = 1000
+
 // Purged counts what one retention pass removed.
 type Purged struct {
 	Deliveries         int64 // with their attempts and dead letters
@@ -18,20 +22,57 @@ type Purged struct {
 // left, and idempotency records expired at now. Deliveries still waiting
 // for an attempt, with a redelivery asked for and not yet made, or held by
 // an attempt are kept whatever their age.
-func (s *Store) Purge(ctx context.Context, cutoff, now time.Time) (Purged, error) {
+//
+// It deletes in statements of at most batch rows (DefaultPurgeBatch when
+// 0 or less), each its own short transaction, oldest first, until a
+// statement finds fewer: a large backlog never holds long locks or one
+// huge transaction. When ctx ends it stops between statements and returns
+// what it removed so far with ctx's error.
+func (s *Store) Purge(ctx context.Context, cutoff, now time.Time, batch int) (Purged, error) {
+	if batch <= 0 {
+		batch = DefaultPurgeBatch
+	}
 	var p Purged
-	tag, err := s.q.Exec(ctx, `DELETE FROM deliveries WHERE created_at < $1 AND next_attempt_at IS NULL
-		AND manual_request_id IS NULL AND lease_owner IS NULL`, cutoff)
-	if err != nil {
-		return p, fmt.Errorf("purge deliveries: %w", err)
+	var err error
+	// The conditions are repeated outside the subquery so that a delivery
+	// leased or redelivered meanwhile is rechecked on its new row and kept.
+	if p.Deliveries, err = s.purgeBatches(ctx, "deliveries", `DELETE FROM deliveries WHERE id IN (
+			SELECT id FROM deliveries WHERE created_at < $1 AND next_attempt_at IS NULL
+				AND manual_request_id IS NULL AND lease_owner IS NULL
+			ORDER BY created_at LIMIT $2)
+		AND next_attempt_at IS NULL AND manual_request_id IS NULL AND lease_owner IS NULL`, cutoff, batch); err != nil {
+		return p, err
 	}
-	p.Deliveries = tag.RowsAffected()
-	tag, err = s.q.Exec(ctx, `DELETE FROM events e WHERE e.created_at < $1
-		AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id)`, cutoff)
-	if err != nil {
-		return p, fmt.Errorf("purge events: %w", err)
+	// New deliveries are only ever made with a new event, so an old event
+	// with none left keeps none.
+	if p.Events, err = s.purgeBatches(ctx, "events", `DELETE FROM events WHERE id IN (
+			SELECT e.id FROM events e WHERE e.created_at < $1
+				AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id)
+			ORDER BY e.created_at LIMIT $2)`, cutoff, batch); err != nil {
+		return p, err
 	}
-	p.Events = tag.RowsAffected()
-	p.IdempotencyRecords, err = s.PurgeIdempotencyRecords(ctx, now)
+	p.IdempotencyRecords, err = s.purgeBatches(ctx, "idempotency records", `DELETE FROM idempotency_records
+		WHERE (project_id, key) IN (SELECT project_id, key FROM idempotency_records WHERE expires_at <= $1
+			ORDER BY expires_at LIMIT $2)
+		AND expires_at <= $1`, now, batch)
 	return p, err
+}
+
+// purgeBatches runs query (a DELETE of at most $2 rows selected by $1)
+// until it deletes fewer than batch rows, and returns how many went.
+func (s *Store) purgeBatches(ctx context.Context, what, query string, before time.Time, batch int) (int64, error) {
+	var total int64
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+		tag, err := s.q.Exec(ctx, query, before, batch)
+		if err != nil {
+			return total, fmt.Errorf("purge %s: %w", what, err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < int64(batch) {
+			return total, nil
+		}
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -33,6 +34,9 @@ type Config struct {
 	ReconcileInterval    time.Duration // WEBHOOKD_RECONCILE_INTERVAL; 5s
 	LogLevel             string        // WEBHOOKD_LOG_LEVEL; info
 	TrustedProxies       string        // WEBHOOKD_TRUSTED_PROXIES; none (comma-separated CIDRs or addresses)
+	LogFormat            string        // WEBHOOKD_LOG_FORMAT; "" (JSON lines, text on a terminal), json or text
+	RequestTimeout       time.Duration // WEBHOOKD_REQUEST_TIMEOUT; 30s
+	EncryptionKey        string        // WEBHOOKD_ENCRYPTION_KEY; none: secrets stored in clear
 }
 
 // trustedProxies parses TrustedProxies; Validate reports its errors.
@@ -73,6 +77,7 @@ func DefaultConfig() Config {
 		DatabaseMaxConns:    20,
 		ReconcileInterval:   5 * time.Second,
 		LogLevel:            "info",
+		RequestTimeout:      30 * time.Second,
 	}
 }
 
@@ -105,8 +110,14 @@ func (c Config) Validate() error {
 		return errors.New("WEBHOOKD_ENDPOINT_MAX_IN_FLIGHT must be at least 1")
 	case c.DatabaseMaxConns < 4:
 		return errors.New("WEBHOOKD_DATABASE_MAX_CONNS must be at least 4")
+	case c.RequestTimeout <= 0:
+		return errors.New("WEBHOOKD_REQUEST_TIMEOUT must be positive")
 	case c.ReconcileInterval <= 0:
 		return errors.New("WEBHOOKD_RECONCILE_INTERVAL must be positive")
+	case c.LogFormat != "" && c.LogFormat != "json" && c.LogFormat != "text":
+		return errors.New("WEBHOOKD_LOG_FORMAT must be json or text (or unset: JSON lines, text on a terminal)")
+	case new(slog.Level).UnmarshalText([]byte(c.LogLevel)) != nil:
+		return errors.New("WEBHOOKD_LOG_LEVEL must be debug, info, warn or error")
 	case c.AdminToken != "" && len(c.AdminToken) < 16:
 		return errors.New("WEBHOOKD_ADMIN_TOKEN must be at least 16 characters (or unset, for a generated one)")
 	}
@@ -159,6 +170,8 @@ func (c *Config) bind(fs *flag.FlagSet, getenv func(string) string) func() error
 	str(&c.LogLevel, "log-level", "WEBHOOKD_LOG_LEVEL", "debug, info, warn or error")
 	str(&c.TrustedProxies, "trusted-proxies", "WEBHOOKD_TRUSTED_PROXIES",
 		"proxies (addresses or CIDRs, comma-separated) whose X-Forwarded-For is believed")
+	str(&c.EncryptionKey, "encryption-key", "WEBHOOKD_ENCRYPTION_KEY", "ID:BASE64KEY[,ID:BASE64KEY]: encrypt endpoint secrets at rest with the first")
+	str(&c.LogFormat, "log-format", "WEBHOOKD_LOG_FORMAT", "json or text (default: JSON lines, text on a terminal)")
 	if v := getenv("WEBHOOKD_ALLOW_PRIVATE_NETWORKS"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
@@ -173,6 +186,7 @@ func (c *Config) bind(fs *flag.FlagSet, getenv func(string) string) func() error
 	dur(&c.Retention, "retention", "WEBHOOKD_RETENTION", "how long deliveries, attempts and dead letters are kept")
 	i64(&c.MaxPayloadBytes, "max-payload-bytes", "WEBHOOKD_MAX_PAYLOAD_BYTES", "largest request body")
 	i64(&c.MaxBatchBytes, "max-batch-bytes", "WEBHOOKD_MAX_BATCH_BYTES", "largest batch request body")
+	dur(&c.RequestTimeout, "request-timeout", "WEBHOOKD_REQUEST_TIMEOUT", "longest an API request may take before it answers 503 timeout")
 	dur(&c.ReconcileInterval, "reconcile-interval", "WEBHOOKD_RECONCILE_INTERVAL", "how often due deliveries without a task are re-enqueued")
 	conc, perEndpoint, conns := int64(c.WorkerConcurrency), int64(c.EndpointMaxInFlight), int64(c.DatabaseMaxConns)
 	i64(&conc, "worker-concurrency", "WEBHOOKD_WORKER_CONCURRENCY", "parallel deliveries per worker")

@@ -54,7 +54,7 @@ func startProcess(t *testing.T, command, dbURL, redisURL string, env ...string) 
 	t.Helper()
 	p := &proc{cmd: exec.Command(os.Args[0], command), exited: make(chan struct{})}
 	p.cmd.Env = append(os.Environ(), "WEBHOOKD_TEST_MAIN=1", "WEBHOOKD_DATABASE_URL="+dbURL, "WEBHOOKD_REDIS_URL="+redisURL,
-		"WEBHOOKD_ALLOW_PRIVATE_NETWORKS=true")
+		"WEBHOOKD_ALLOW_PRIVATE_NETWORKS=true", "WEBHOOKD_DASHBOARD_ADDR=127.0.0.1:0") // every process kind has a health listener
 	p.cmd.Env = append(p.cmd.Env, env...)
 	p.cmd.Stdout, p.cmd.Stderr = io.Discard, &p.logs
 	if err := p.cmd.Start(); err != nil {

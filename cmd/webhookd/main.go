@@ -1,6 +1,7 @@
 // Command webhookd is the durable webhook delivery service: one binary that
 // runs the API (serve), the delivery worker (worker), both with the
-// dashboard (all), migrations (migrate), API key creation (keys create), and
+// dashboard (all), migrations (migrate), API keys (keys create, list,
+// revoke), and
 // sending one event through the Go client (send).
 package main
 
@@ -27,11 +28,21 @@ const usage = `webhookd — durable webhook delivery
 
 Usage:
   webhookd all       API, worker and dashboard in one process
-  webhookd serve     the public API only
+  webhookd serve     the public API and the dashboard
   webhookd worker    deliveries, retries, the reconciler and background jobs
+                     (every kind answers /healthz, /readyz and /metrics on
+                     WEBHOOKD_DASHBOARD_ADDR)
   webhookd migrate   apply database migrations (safe to rerun)
   webhookd keys create --project NAME [--rate-limit N] [--idempotency-ttl 24h]
                      create an API key (and the project if new); prints the key alone
+  webhookd keys list --project NAME
+                     the project's keys: id, prefix, created, revoked
+  webhookd keys revoke KEY_PREFIX
+                     revoke the one key with that prefix (or key id, or whole key);
+                     it gets 401 on every API process
+  webhookd secrets reseal
+                     encrypt every endpoint secret and stored response with the first
+                     key of WEBHOOKD_ENCRYPTION_KEY (after turning it on, or rotating)
   webhookd send --type T --data JSON|@file.json [--external-id X] [--endpoint ID]...
                      post one event through the API (WEBHOOKD_API_URL, WEBHOOKD_API_KEY);
                      prints the event id alone
@@ -45,6 +56,10 @@ func main() {
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
 		if errors.Is(err, errSendFailed) { // it said why on stderr
+			os.Exit(1)
+		}
+		if errors.As(err, new(refusedError)) { // no such key, say: not a usage error
+			fmt.Fprintln(os.Stderr, "webhookd:", err)
 			os.Exit(1)
 		}
 		if !errors.Is(err, flag.ErrHelp) {
@@ -68,9 +83,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if cmd == "send" {
 		return runSend(ctx, args, getenv, stdout, stderr)
 	}
+	if cmd == "secrets" {
+		return runSecrets(ctx, args, getenv, stdout, stderr)
+	}
 	if cmd == "keys" {
-		if len(args) == 0 || args[0] != "create" {
-			return errors.New(`usage: webhookd keys create --project NAME [--rate-limit N] [--idempotency-ttl D]`)
+		switch {
+		case len(args) > 0 && (args[0] == "list" || args[0] == "revoke"):
+			return runKeys(ctx, args, getenv, stdout, stderr)
+		case len(args) == 0 || args[0] != "create":
+			return errors.New(keysUsage)
 		}
 		cmd, args = "keys create", args[1:]
 	}
@@ -116,7 +137,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintln(stdout, key)
 		return nil
 	case "serve", "worker", "all":
-		roles := Roles{API: cmd != "worker", Worker: cmd != "serve", Ops: cmd == "all"}
+		// Every process kind answers /healthz, /readyz and /metrics; the
+		// worker's listener has no dashboard.
+		roles := Roles{API: cmd != "worker", Worker: cmd != "serve", Ops: true, NoDashboard: cmd == "worker"}
 		if err := m.Start(ctx, roles); err != nil {
 			return err
 		}

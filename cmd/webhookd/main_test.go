@@ -63,6 +63,12 @@ func TestMigrateAndKeysCreate(t *testing.T) {
 // returns it with an API key of a fresh project.
 func startMain(t *testing.T, roles Roles, tweak func(*Config)) (*Main, string) {
 	t.Helper()
+	return startMainLogging(t, roles, tweak, io.Discard)
+}
+
+// startMainLogging is startMain with its log written to logs.
+func startMainLogging(t *testing.T, roles Roles, tweak func(*Config), logs io.Writer) (*Main, string) {
+	t.Helper()
 	name, _ := testenv.Schema(t)
 	_, redisURL := testenv.Redis(t)
 	cfg := DefaultConfig()
@@ -71,7 +77,7 @@ func startMain(t *testing.T, roles Roles, tweak func(*Config)) (*Main, string) {
 	if tweak != nil {
 		tweak(&cfg)
 	}
-	m := NewMain(cfg, io.Discard)
+	m := NewMain(cfg, logs)
 	m.SearchPath = name
 	t.Cleanup(m.Close)
 	ctx := context.Background()

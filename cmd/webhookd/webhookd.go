@@ -12,7 +12,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/webhookd/webhookd/api"
@@ -27,7 +26,10 @@ import (
 type Roles struct {
 	API    bool // the public API on APIAddr
 	Worker bool // deliveries, the reconciler and background jobs
-	Ops    bool // the dashboard, /healthz, /readyz and /metrics on DashboardAddr
+	Ops    bool // /healthz, /readyz, /metrics and the dashboard on DashboardAddr
+	// NoDashboard leaves the dashboard off the ops listener: health and
+	// metrics alone (webhookd worker).
+	NoDashboard bool
 }
 
 // Main is one webhookd process: its configuration, connections and
@@ -51,16 +53,15 @@ type Main struct {
 	OpsAddr   string // the ops listener's bound address once started
 
 	servers []*http.Server
+	health  *health
 }
 
-// NewMain returns a Main logging to logOut.
+// NewMain returns a Main logging to logOut (JSON lines unless it is a
+// terminal or WEBHOOKD_LOG_FORMAT says otherwise).
 func NewMain(cfg Config, logOut io.Writer) *Main {
-	level := slog.LevelInfo
-	_ = level.UnmarshalText([]byte(cfg.LogLevel))
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return &Main{Config: cfg, Registry: reg,
-		Logger: slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: level}))}
+	return &Main{Config: cfg, Registry: reg, Logger: newLogger(cfg.LogFormat, cfg.LogLevel, logOut)}
 }
 
 // OpenDB connects to PostgreSQL.
@@ -69,7 +70,7 @@ func (m *Main) OpenDB(ctx context.Context) error {
 		return nil
 	}
 	db, err := storage.Open(ctx, storage.Config{URL: m.Config.DatabaseURL, SearchPath: m.SearchPath,
-		MaxConns: int32(m.Config.DatabaseMaxConns)}) // attempts hold no connection through their request
+		MaxConns: int32(m.Config.DatabaseMaxConns), EncryptionKeys: m.Config.EncryptionKey}) // attempts hold no connection through their request
 	if err != nil {
 		return err
 	}
@@ -102,6 +103,15 @@ func (m *Main) Start(ctx context.Context, roles Roles) error {
 	}
 	if err := m.OpenRedis(); err != nil {
 		return err
+	}
+	if m.health == nil {
+		m.health = newHealth(m.DB, m.Redis, m.Logger)
+		if err := m.Registry.Register(m.health); err != nil {
+			return err
+		}
+		if err := m.Registry.Register(newPoolCollector(m.DB)); err != nil {
+			return err
+		}
 	}
 	schedule, err := dispatcher.ParseSchedule(m.Config.RetrySchedule)
 	if err != nil {
@@ -137,7 +147,8 @@ func (m *Main) Start(ctx context.Context, roles Roles) error {
 		}
 		srv, err := api.New(api.Config{DB: m.DB, Redis: m.Redis, Enqueuer: m.Queue, Logger: m.Logger, Metrics: m.Registry,
 			MaxPayloadBytes: m.Config.MaxPayloadBytes, MaxBatchBytes: m.Config.MaxBatchBytes,
-			AllowPrivateNetworks: m.Config.AllowPrivateNetworks, TrustedProxies: proxies})
+			AllowPrivateNetworks: m.Config.AllowPrivateNetworks, TrustedProxies: proxies,
+			RequestTimeout: m.Config.RequestTimeout})
 		if err != nil {
 			return err
 		}
@@ -148,16 +159,7 @@ func (m *Main) Start(ctx context.Context, roles Roles) error {
 		m.Logger.Info("api listening", "addr", m.APIAddr)
 	}
 	if roles.Ops {
-		if err := m.startDashboard(); err != nil {
-			return err
-		}
-		addr, err := m.listen(m.Config.DashboardAddr, m.opsHandler())
-		if err != nil {
-			return err
-		}
-		m.OpsAddr = addr
-		m.Logger.Info("dashboard listening", "addr", addr, "url", "http://"+addr+"/",
-			"paths", "/ (login) /healthz /readyz /metrics")
+		return m.startOps(!roles.NoDashboard)
 	}
 	return nil
 }
@@ -194,38 +196,6 @@ func (m *Main) startDashboard() error {
 	}
 	m.Dashboard = d
 	return nil
-}
-
-// opsHandler serves /healthz, /readyz and /metrics without login, and the
-// dashboard (behind its login) on every other path.
-func (m *Main) opsHandler() http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("/", m.Dashboard)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		w.Write([]byte("ok\n"))
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		pgErr, redisErr := m.DB.Ping(ctx), m.Redis.Ping(ctx).Err()
-		status := http.StatusOK
-		if pgErr != nil || redisErr != nil {
-			status = http.StatusServiceUnavailable
-			w.Header().Set("Retry-After", "5")
-		}
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.WriteHeader(status)
-		fmt.Fprintf(w, "postgres: %s\nredis: %s\n", okOr(pgErr), okOr(redisErr))
-	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
-	return mux
-}
-
-func okOr(err error) string {
-	if err != nil {
-		return "unavailable: " + err.Error()
-	}
-	return "ok"
 }
 
 // Shutdown stops the listeners gracefully.

@@ -1,0 +1,136 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/storage"
+)
+
+// requestIDKey carries a request's id from bounded to the handler, so that
+// a timeout answer and the handler's own name the same request.
+type requestIDKey struct{}
+
+// requestIDOf returns the id bounded gave r, or a new one.
+func requestIDOf(r *http.Request) string {
+	if id, ok := r.Context().Value(requestIDKey{}).(string); ok {
+		return id
+	}
+	return storage.NewRequestID()
+}
+
+// bounded answers 503 timeout, with Retry-After, to a request h has not
+// answered within RequestTimeout (SPEC §7). h goes on: its context is not
+// cancelled by the bound (nor by the client going away), only by
+// RequestTimeout + workGrace, so work that commits late is what a repeat
+// with the same Idempotency-Key replays, and work that fails releases
+// the key. h writes to a buffer, copied to the client when h finishes in
+// time; the body is read before h starts (up to the largest body a route
+// takes, plus one byte so an oversized one is still refused), so h never
+// touches the connection once the timeout has answered.
+func (s *Server) bounded(h http.Handler) (http.Handler, error) {
+	timeouts := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "webhookd_api_timeouts_total",
+		Help: "API requests answered 503 timeout because they took longer than WEBHOOKD_REQUEST_TIMEOUT (their work went on).",
+	})
+	if err := s.cfg.Metrics.Register(timeouts); err != nil {
+		return nil, err
+	}
+	maxBody := max(s.cfg.MaxBatchBytes, s.cfg.MaxPayloadBytes) + 1
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := storage.NewRequestID()
+		ctx, cancel := context.WithTimeout(context.WithValue(context.WithoutCancel(r.Context()), requestIDKey{}, id),
+			s.cfg.RequestTimeout+workGrace)
+		timer := time.NewTimer(s.cfg.RequestTimeout)
+		defer timer.Stop()
+		inner := r.WithContext(ctx)
+		switch {
+		case r.ContentLength >= maxBody: // every route refuses it by its length, unread
+			inner.Body = http.NoBody
+		case r.Body != nil && r.Body != http.NoBody:
+			body, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
+			if err != nil { // the client went away or sent a broken body: h reads the same error
+				inner.Body = io.NopCloser(io.MultiReader(bytes.NewReader(body), errReader{err}))
+			} else {
+				inner.Body = io.NopCloser(bytes.NewReader(body))
+			}
+		}
+		bw := &bufferedWriter{header: http.Header{}}
+		done := make(chan any, 1)
+		go func() {
+			defer cancel()
+			defer func() { done <- recover() }()
+			h.ServeHTTP(bw, inner)
+		}()
+		select {
+		case p := <-done:
+			if p != nil {
+				panic(p) // as if h had run here: net/http logs it and closes the connection
+			}
+			bw.copyTo(w)
+		case <-timer.C:
+			timeouts.Inc()
+			w.Header().Set("X-Request-Id", id)
+			w.Header().Set("Retry-After", "5")
+			_, body := errorResponse(&webhookd.Error{Code: webhookd.CodeTimeout, Message: fmt.Sprintf(
+				"the request took longer than %s; it may still complete: repeat it with the same Idempotency-Key to get its result",
+				s.cfg.RequestTimeout)}, id)
+			writeBody(w, http.StatusServiceUnavailable, body)
+			go func() { // after the answer: a late panic is logged, not fatal
+				if p := <-done; p != nil && p != http.ErrAbortHandler {
+					s.log.Error("api handler panicked after its request timed out", "request_id", id, "panic", p)
+				}
+			}()
+		case <-r.Context().Done(): // the client went away: nobody to answer; the work goes on
+		}
+	}), nil
+}
+
+// workGrace is how long a request's work may go on past RequestTimeout
+// before its context is cancelled.
+const workGrace = time.Minute
+
+// bufferedWriter keeps a response until it can be sent whole.
+type bufferedWriter struct {
+	header http.Header
+	code   int
+	body   bytes.Buffer
+}
+
+func (b *bufferedWriter) Header() http.Header { return b.header }
+
+func (b *bufferedWriter) WriteHeader(code int) {
+	if b.code == 0 {
+		b.code = code
+	}
+}
+
+func (b *bufferedWriter) Write(p []byte) (int, error) {
+	if b.code == 0 {
+		b.code = http.StatusOK
+	}
+	return b.body.Write(p)
+}
+
+func (b *bufferedWriter) copyTo(w http.ResponseWriter) {
+	for k, v := range b.header {
+		w.Header()[k] = v
+	}
+	if b.code == 0 {
+		b.code = http.StatusOK
+	}
+	w.WriteHeader(b.code)
+	w.Write(b.body.Bytes())
+}
+
+// errReader fails every read with err.
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }
