@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -13,13 +14,21 @@ import (
 	"github.com/webhookd/webhookd"
 )
 
-// KeyRevocationChannel is the Redis channel on which a key revocation is
+// keyRevocationChannel is the Redis channel on which a key revocation is
 // announced; every API process drops its cached keys when a message
-// arrives (PublishKeyRevoked).
-const KeyRevocationChannel = "webhookd:keys:revoked"
+// arrives (PublishKeyRevoked). Channels ignore Redis's logical databases,
+// so the database number is part of the name: deployments sharing a Redis
+// server on different databases do not hear each other.
+func keyRevocationChannel(rdb redis.UniversalClient) string {
+	db := 0
+	if c, ok := rdb.(*redis.Client); ok { // single node or Sentinel
+		db = c.Options().DB
+	}
+	return fmt.Sprintf("webhookd:keys:revoked:%d", db)
+}
 
 // DefaultKeyCacheTTL bounds how long a key's answer is reused without
-// asking PostgreSQL: a revocation announced on KeyRevocationChannel takes
+// asking PostgreSQL: a revocation announced through PublishKeyRevoked takes
 // effect at once, and one whose announcement was lost (Redis down) within
 // this.
 const DefaultKeyCacheTTL = time.Second
@@ -94,7 +103,7 @@ func (s *Server) lookupKey(ctx context.Context, key string) (p webhookd.Project,
 // announced, and whenever the subscription is (re)made, since
 // announcements may have been missed meanwhile. It returns when ctx ends.
 func watchRevocations(ctx context.Context, rdb redis.UniversalClient, cache *keyCache, log *slog.Logger) {
-	sub := rdb.Subscribe(ctx, KeyRevocationChannel)
+	sub := rdb.Subscribe(ctx, keyRevocationChannel(rdb))
 	defer sub.Close()
 	ch := sub.ChannelWithSubscriptions()
 	for {
@@ -117,5 +126,5 @@ func watchRevocations(ctx context.Context, rdb redis.UniversalClient, cache *key
 // then stops accepting the key at once. Without Redis the announcement is
 // lost and the key stops working within Config.KeyCacheTTL anyway.
 func PublishKeyRevoked(ctx context.Context, rdb redis.UniversalClient, keyPrefix string) error {
-	return rdb.Publish(ctx, KeyRevocationChannel, keyPrefix).Err()
+	return rdb.Publish(ctx, keyRevocationChannel(rdb), keyPrefix).Err()
 }
