@@ -36,6 +36,7 @@ type handlerFunc func(c *call) (int, any, error)
 // front of h.
 func (s *Server) handle(pattern string, h func(http.ResponseWriter, *http.Request, *call)) {
 	s.patterns = append(s.patterns, pattern)
+	wildcards := pathWildcards(pattern)
 	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		c := &call{r: r, ctx: r.Context(), requestID: storage.NewRequestID(), header: http.Header{}}
 		w.Header().Set("X-Request-Id", c.requestID)
@@ -56,6 +57,10 @@ func (s *Server) handle(pattern string, h func(http.ResponseWriter, *http.Reques
 			s.fail(w, c, authErr)
 			return
 		}
+		if err := checkRequest(r, wildcards); err != nil {
+			s.fail(w, c, err)
+			return
+		}
 		h(w, r, c)
 	})
 }
@@ -63,11 +68,11 @@ func (s *Server) handle(pattern string, h func(http.ResponseWriter, *http.Reques
 // authenticate resolves the Bearer key to its project.
 func (s *Server) authenticate(r *http.Request) (webhookd.Project, error) {
 	unauthorized := &webhookd.Error{Code: webhookd.CodeUnauthorized, Message: "missing or invalid API key; send Authorization: Bearer <key>"}
-	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || token == "" {
+	token, ok := bearerToken(r)
+	if !ok {
 		return webhookd.Project{}, unauthorized
 	}
-	p, err := s.db.Store().ProjectByAPIKey(r.Context(), strings.TrimSpace(token))
+	p, err := s.db.Store().ProjectByAPIKey(r.Context(), token)
 	if errors.Is(err, webhookd.ErrNotFound) {
 		return webhookd.Project{}, unauthorized
 	}
@@ -154,6 +159,10 @@ func (s *Server) idempotent(limit int64, h handlerFunc) func(http.ResponseWriter
 			return
 		case len(key) > 255:
 			s.fail(w, c, &webhookd.Error{Code: webhookd.CodeIdempotencyKeyTooLong, Message: "Idempotency-Key is longer than 255 characters"})
+			return
+		}
+		if err := checkText("Idempotency-Key", key); err != nil {
+			s.fail(w, c, err)
 			return
 		}
 		var err error

@@ -21,6 +21,8 @@ func statusOf(code string) int {
 		return http.StatusUnauthorized
 	case webhookd.CodeNotFound:
 		return http.StatusNotFound
+	case webhookd.CodeMethodNotAllowed:
+		return http.StatusMethodNotAllowed
 	case webhookd.CodeInvalidJSON, webhookd.CodeValidationFailed,
 		webhookd.CodeIdempotencyKeyRequired, webhookd.CodeIdempotencyKeyTooLong:
 		return http.StatusBadRequest

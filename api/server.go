@@ -147,7 +147,5 @@ func (s *Server) routes() {
 	s.handle("POST /v1/dead-letters/replay", s.idempotent(p, s.replayDeadLetters))
 	s.handle("GET /v1/jobs/{id}", s.plain(s.getJob))
 	s.public("GET /v1/openapi.json", serveOpenAPI)
-	s.handle("/", s.plain(func(*call) (int, any, error) {
-		return 0, nil, &webhookd.Error{Code: webhookd.CodeNotFound, Message: "no such route"}
-	}))
+	s.handle("/", s.plain(s.noRoute)) // 404, or 405 with Allow
 }
