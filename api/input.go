@@ -156,8 +156,12 @@ func checkRequest(r *http.Request, wildcards []string) error {
 		if p := textProblem(name); p != "" {
 			return webhookd.Invalid("query", "parameter names %s", p)
 		}
+		field := name
+		if field == "" { // "?=x" names no parameter
+			field = "query"
+		}
 		for _, v := range q[name] {
-			if err := checkText(name, v); err != nil {
+			if err := checkText(field, v); err != nil {
 				return err
 			}
 		}
