@@ -6,6 +6,15 @@ export PATH := $(PATH):/usr/local/go/bin
 GO        ?= go
 BIN       ?= bin/webhookd
 BENCHTIME ?= 1s
+# make fuzz: how long each fuzz target runs, and how many workers each uses
+# (the machine is shared: one by default). go test -fuzz takes one target
+# per run, so the targets are listed here, as package:Target; a new fuzz
+# target must be added to this list.
+FUZZTIME     ?= 1m
+FUZZPARALLEL ?= 1
+FUZZ_TARGETS ?= ./api:FuzzEvents ./api:FuzzEventBatch ./api:FuzzEndpointCreate ./api:FuzzEndpointPatch \
+	./api:FuzzLists ./api:FuzzRedeliver ./api:FuzzReplay ./api:FuzzSecret ./api:FuzzRoutes ./api:FuzzParseEvent \
+	./dispatcher:FuzzParseRetryAfter
 # The load tool (cmd/webhookd-bench) and the sizes of make bench-smoke's run:
 # small enough for CI on 2 cores; make bench uses the tool's full defaults.
 BENCH_TOOL        ?= bin/webhookd-bench
@@ -17,7 +26,7 @@ TEMPL_TOOL := github.com/a-h/templ/cmd/templ
 
 .DEFAULT_GOAL := build
 
-.PHONY: build run test bench bench-go bench-smoke bench-tool generate check-generated vet fmt-check
+.PHONY: build run test fuzz bench bench-go bench-smoke bench-tool generate check-generated vet fmt-check
 
 ## build: compile the webhookd binary into bin/
 build:
@@ -30,6 +39,16 @@ run:
 ## test: all tests, with the race detector
 test:
 	$(GO) test -race -count=1 ./...
+
+## fuzz: every fuzz target for FUZZTIME (default 1m) each; a failing input is
+## written to the package's testdata/fuzz/<Target>/ — commit it with the fix,
+## and plain go test replays it from then on
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t#*:}; \
+		echo "fuzz $$pkg $$name for $(FUZZTIME)"; \
+		$(GO) test -run='^$$' -fuzz="^$$name\$$" -fuzztime=$(FUZZTIME) -parallel=$(FUZZPARALLEL) $$pkg; \
+	done
 
 ## bench: the Go benchmarks, then the load tool against bin/webhookd (every
 ## scenario 3 times, medians) writing BENCHMARKS.md; about 20 minutes on 2 cores
