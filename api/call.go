@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -104,7 +103,7 @@ func (s *Server) render(c *call, h handlerFunc) (int, []byte, error) {
 	if v == nil {
 		return status, nil, nil
 	}
-	body, err := json.Marshal(v)
+	body, err := marshalJSON(v)
 	return status, body, err
 }
 
