@@ -83,14 +83,15 @@ func (fz *fuzzer) get(t *testing.T, path string) response {
 }
 
 // rows counts what a request can create.
-type rows struct{ events, endpoints, deliveries, idempotency, jobs int }
+type rows struct{ events, endpoints, deliveries, idempotency, jobs, attempts, deadLetters int }
 
-func (fz *fuzzer) rows(t *testing.T) rows {
+func (h *harness) rows(t testing.TB) rows {
 	t.Helper()
 	var n rows
-	err := fz.db.Pool().QueryRow(context.Background(), `SELECT (SELECT count(*) FROM events), (SELECT count(*) FROM endpoints),
-		(SELECT count(*) FROM deliveries), (SELECT count(*) FROM idempotency_records), (SELECT count(*) FROM jobs)`).
-		Scan(&n.events, &n.endpoints, &n.deliveries, &n.idempotency, &n.jobs)
+	err := h.db.Pool().QueryRow(context.Background(), `SELECT (SELECT count(*) FROM events), (SELECT count(*) FROM endpoints),
+		(SELECT count(*) FROM deliveries), (SELECT count(*) FROM idempotency_records), (SELECT count(*) FROM jobs),
+		(SELECT count(*) FROM attempts), (SELECT count(*) FROM dead_letters)`).
+		Scan(&n.events, &n.endpoints, &n.deliveries, &n.idempotency, &n.jobs, &n.attempts, &n.deadLetters)
 	if err != nil {
 		t.Fatal(err)
 	}
