@@ -121,7 +121,16 @@ func New(cfg Config) (*Server, error) {
 }
 
 // ServeHTTP serves the API.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.RequestURI == "*" { // ServeMux answers this target (but OPTIONS, which net/http takes) a bare 400
+		requestID := storage.NewRequestID()
+		w.Header().Set("X-Request-Id", requestID)
+		status, body := errorResponse(&webhookd.Error{Code: webhookd.CodeNotFound, Message: "no such route"}, requestID)
+		writeBody(w, status, body)
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
 
 // RedisDegraded reports whether the last limiter call failed to reach Redis
 // (for /readyz).
