@@ -7,6 +7,15 @@ GO        ?= go
 BIN       ?= bin/webhookd
 BENCHTIME ?= 1s
 TEST_FLAGS ?=
+# make fuzz: how long each fuzz target runs, and how many workers each uses
+# (the machine is shared: one by default). go test -fuzz takes one target
+# per run, so the targets are listed here, as package:Target; a new fuzz
+# target must be added to this list.
+FUZZTIME     ?= 1m
+FUZZPARALLEL ?= 1
+FUZZ_TARGETS ?= ./api:FuzzEvents ./api:FuzzEventBatch ./api:FuzzEndpointCreate ./api:FuzzEndpointPatch \
+	./api:FuzzLists ./api:FuzzRedeliver ./api:FuzzReplay ./api:FuzzSecret ./api:FuzzRoutes ./api:FuzzParseEvent \
+	./dispatcher:FuzzParseRetryAfter
 # The load tool (cmd/webhookd-bench) and the sizes of make bench-smoke's run:
 # small enough for CI on 2 cores; make bench uses the tool's full defaults.
 BENCH_TOOL        ?= bin/webhookd-bench
@@ -19,7 +28,7 @@ TEMPL_TOOL := github.com/a-h/templ/cmd/templ
 
 .DEFAULT_GOAL := build
 
-.PHONY: build run test soak bench bench-go bench-smoke bench-tool generate check-generated vet fmt-check
+.PHONY: build run test soak fuzz bench bench-go bench-smoke bench-tool generate check-generated vet fmt-check
 
 ## build: compile the webhookd binary into bin/
 build:
@@ -41,6 +50,16 @@ SOAK_COUNT ?= 10
 SOAK_DRILLS := Test(PostgresRestarted|RedisRestarted|RedisLost|SIGTERM|TwoWorkers|WorkerKilled|ReceiverFlapping|RedisSentinel|DeliversThroughRedis)
 soak:
 	TEST_PKGS=./cmd/webhookd bash scripts/test.sh -run '$(SOAK_DRILLS)' -count=$(SOAK_COUNT) -v $(TEST_FLAGS)
+
+## fuzz: every fuzz target for FUZZTIME (default 1m) each; a failing input is
+## written to the package's testdata/fuzz/<Target>/ — commit it with the fix,
+## and plain go test replays it from then on
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t#*:}; \
+		echo "fuzz $$pkg $$name for $(FUZZTIME)"; \
+		$(GO) test -run='^$$' -fuzz="^$$name\$$" -fuzztime=$(FUZZTIME) -parallel=$(FUZZPARALLEL) $$pkg; \
+	done
 
 ## bench: the Go benchmarks, then the load tool against bin/webhookd (every
 ## scenario 3 times, medians) writing BENCHMARKS.md; about 20 minutes on 2 cores

@@ -10,6 +10,7 @@ import (
 const (
 	CodeUnauthorized             = "unauthorized"
 	CodeNotFound                 = "not_found"
+	CodeMethodNotAllowed         = "method_not_allowed" // 405: a known path, another method
 	CodeInvalidJSON              = "invalid_json"
 	CodeValidationFailed         = "validation_failed"
 	CodeIdempotencyKeyRequired   = "idempotency_key_required"

@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -38,6 +37,7 @@ type handlerFunc func(c *call) (int, any, error)
 // front of h.
 func (s *Server) handle(pattern string, h func(http.ResponseWriter, *http.Request, *call)) {
 	s.patterns = append(s.patterns, pattern)
+	wildcards := pathWildcards(pattern)
 	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		c := &call{r: r, ctx: r.Context(), requestID: requestIDOf(r), header: http.Header{}}
 		w.Header().Set("X-Request-Id", c.requestID)
@@ -54,6 +54,10 @@ func (s *Server) handle(pattern string, h func(http.ResponseWriter, *http.Reques
 		}
 		if authErr != nil {
 			s.fail(w, c, authErr)
+			return
+		}
+		if err := checkRequest(r, wildcards); err != nil {
+			s.fail(w, c, err)
 			return
 		}
 		h(w, r, c)
@@ -103,17 +107,6 @@ func (s *Server) admit(w http.ResponseWriter, c *call, res rateResult) bool {
 	return false
 }
 
-// bearerToken returns the credentials of an Authorization header of the
-// Bearer scheme, whose name is case-insensitive (RFC 9110 §11.1).
-func bearerToken(r *http.Request) (string, bool) {
-	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return "", false
-	}
-	token = strings.TrimSpace(token)
-	return token, token != ""
-}
-
 // fail writes err as an error response, logging it when it is internal.
 func (s *Server) fail(w http.ResponseWriter, c *call, err error) {
 	ae := appError(err)
@@ -139,7 +132,7 @@ func (s *Server) render(c *call, h handlerFunc) (int, []byte, error) {
 	if v == nil {
 		return status, nil, nil
 	}
-	body, err := json.Marshal(v)
+	body, err := marshalJSON(v)
 	return status, body, err
 }
 
@@ -195,6 +188,10 @@ func (s *Server) idempotent(limit int64, h handlerFunc) func(http.ResponseWriter
 			return
 		case len(key) > 255:
 			s.fail(w, c, &webhookd.Error{Code: webhookd.CodeIdempotencyKeyTooLong, Message: "Idempotency-Key is longer than 255 characters"})
+			return
+		}
+		if err := checkText("Idempotency-Key", key); err != nil {
+			s.fail(w, c, err)
 			return
 		}
 		var err error

@@ -13,12 +13,14 @@ import (
 
 // decodeObject decodes a JSON object strictly: every key must be one of
 // fields (each a pointer to decode into), and each value must fit its
-// destination. It returns the keys present. Errors are invalid_json for
-// malformed JSON and validation_failed naming the field (prefix + key)
-// otherwise.
+// destination and hold only text PostgreSQL stores (checkJSONText; the
+// items of a *[]json.RawMessage are left to the decodeObject that reads
+// each). It returns the keys present. Errors are invalid_json for a body
+// that is not UTF-8 JSON and validation_failed naming the field (prefix +
+// key) otherwise.
 func decodeObject(body []byte, prefix string, fields map[string]any) (map[string]bool, error) {
-	if !json.Valid(body) {
-		return nil, &webhookd.Error{Code: webhookd.CodeInvalidJSON, Message: "request body is not valid JSON"}
+	if err := checkBody(body); err != nil {
+		return nil, err
 	}
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(body, &obj); err != nil || obj == nil {
@@ -42,6 +44,11 @@ func decodeObject(body []byte, prefix string, fields map[string]any) (map[string
 				name = `""`
 			}
 			return nil, webhookd.Invalid(prefix+name, "unknown field")
+		}
+		if _, items := dst.(*[]json.RawMessage); !items {
+			if err := checkJSONText(prefix+k, obj[k]); err != nil {
+				return nil, err
+			}
 		}
 		if err := json.Unmarshal(obj[k], dst); err != nil {
 			return nil, webhookd.Invalid(prefix+k, "must be %s", describe(reflect.TypeOf(dst).Elem()))

@@ -254,7 +254,7 @@ func pageOf(r *http.Request) (storage.Page, error) {
 	}
 	if v := q.Get("cursor"); v != "" {
 		id, err := base64.RawURLEncoding.DecodeString(v)
-		if err != nil || len(id) == 0 {
+		if err != nil || len(id) == 0 || textProblem(string(id)) != "" {
 			return page, webhookd.Invalid("cursor", "is not a cursor this API returned")
 		}
 		page.Cursor = string(id)

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -21,6 +22,8 @@ func statusOf(code string) int {
 		return http.StatusUnauthorized
 	case webhookd.CodeNotFound:
 		return http.StatusNotFound
+	case webhookd.CodeMethodNotAllowed:
+		return http.StatusMethodNotAllowed
 	case webhookd.CodeInvalidJSON, webhookd.CodeValidationFailed,
 		webhookd.CodeIdempotencyKeyRequired, webhookd.CodeIdempotencyKeyTooLong:
 		return http.StatusBadRequest
@@ -63,9 +66,23 @@ func appError(err error) *webhookd.Error {
 
 // errorResponse renders err as the SPEC's error body.
 func errorResponse(err *webhookd.Error, requestID string) (int, []byte) {
-	body, _ := json.Marshal(errorJSON{Error: errorBodyJSON{Code: err.Code, Message: err.Message,
+	body, _ := marshalJSON(errorJSON{Error: errorBodyJSON{Code: err.Code, Message: err.Message,
 		RequestID: requestID, Field: err.Field, ExistingID: err.ExistingID}})
 	return statusOf(err.Code), body
+}
+
+// marshalJSON encodes a response body without HTML escaping: a stored
+// payload (json.RawMessage) goes out as the bytes stored, and text such as
+// a response body as itself ("<b>", not "\u003cb\u003e"); the body is
+// application/json, never HTML.
+func marshalJSON(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 // writeBody writes a JSON response with the headers every error needs.

@@ -165,7 +165,16 @@ func New(cfg Config) (*Server, error) {
 func (s *Server) Close() { s.stop() }
 
 // ServeHTTP serves the API.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.RequestURI == "*" { // ServeMux answers this target (but OPTIONS, which net/http takes) a bare 400
+		requestID := storage.NewRequestID()
+		w.Header().Set("X-Request-Id", requestID)
+		status, body := errorResponse(&webhookd.Error{Code: webhookd.CodeNotFound, Message: "no such route"}, requestID)
+		writeBody(w, status, body)
+		return
+	}
+	s.handler.ServeHTTP(w, r)
+}
 
 // RedisDegraded reports whether the last limiter call failed to reach Redis
 // (for /readyz).
@@ -191,7 +200,5 @@ func (s *Server) routes() {
 	s.handle("POST /v1/dead-letters/replay", s.idempotent(p, s.replayDeadLetters))
 	s.handle("GET /v1/jobs/{id}", s.plain(s.getJob))
 	s.public("GET /v1/openapi.json", serveOpenAPI)
-	s.handle("/", s.plain(func(*call) (int, any, error) {
-		return 0, nil, &webhookd.Error{Code: webhookd.CodeNotFound, Message: "no such route"}
-	}))
+	s.handle("/", s.plain(s.noRoute)) // 404, or 405 with Allow
 }

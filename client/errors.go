@@ -54,10 +54,10 @@ func (e *Error) Temporary() bool {
 	return retryableStatus(e.StatusCode) || e.Code == webhookd.CodeIdempotencyKeyInProgress
 }
 
-// Codes the API answers that the root package does not name.
+// Codes the API answers, named here for callers of this package.
 const (
-	CodeTimeout          = "timeout"            // 503: the API's own request deadline passed
-	CodeMethodNotAllowed = "method_not_allowed" // 405
+	CodeTimeout          = "timeout"                     // 503: the API's own request deadline passed
+	CodeMethodNotAllowed = webhookd.CodeMethodNotAllowed // 405: a known path, another method
 )
 
 // Sentinel errors, one per API error code, to use with errors.Is.

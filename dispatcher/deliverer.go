@@ -412,7 +412,7 @@ func (d *Deliverer) send(ctx context.Context, l *storage.Lease, trigger string) 
 	defer resp.Body.Close()
 	a.StatusCode = &resp.StatusCode
 	for k := range resp.Header {
-		a.ResponseHeaders[k] = resp.Header.Get(k)
+		a.ResponseHeaders[k] = storableText(resp.Header.Get(k), maxResponseBody)
 	}
 	a.ResponseBody = d.readBody(resp)
 	a.DurationMS = time.Since(start).Milliseconds()
@@ -421,7 +421,7 @@ func (d *Deliverer) send(ctx context.Context, l *storage.Lease, trigger string) 
 
 // failed completes an attempt that got no response.
 func (d *Deliverer) failed(a webhookd.Attempt, err error) (webhookd.Attempt, Response) {
-	msg := DescribeError(err)
+	msg := storableText(DescribeError(err), maxResponseBody) // it may quote what the receiver sent
 	a.Error = &msg
 	return a, Response{Err: err}
 }
@@ -431,13 +431,33 @@ func (d *Deliverer) failed(a webhookd.Attempt, err error) (webhookd.Attempt, Res
 func (d *Deliverer) readBody(resp *http.Response) string {
 	timer := time.AfterFunc(d.bodyTimeout, func() { resp.Body.Close() })
 	defer timer.Stop()
-	raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxResponseBody))
-	s := strings.ToValidUTF8(strings.ReplaceAll(string(raw), "\x00", ""), "\uFFFD")
-	for len(s) > maxResponseBody { // replacement characters can grow it
-		_, size := utf8.DecodeLastRuneInString(s)
-		s = s[:len(s)-size]
+	// A few bytes more show whether a rune crosses the cut.
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxResponseBody+utf8.UTFMax-1))
+	return storableText(string(raw), maxResponseBody)
+}
+
+// storableText is s as text PostgreSQL stores — NULs dropped, bytes that
+// are not UTF-8 replaced with U+FFFD — cut on a rune boundary to at most
+// limit bytes.
+func storableText(s string, limit int) string {
+	s = strings.ToValidUTF8(strings.ReplaceAll(cutText(s, limit), "\x00", ""), "\uFFFD")
+	return cutText(s, limit) // replacement characters can grow it
+}
+
+// cutText cuts s to at most limit bytes, before the rune that crosses the
+// limit, if any.
+func cutText(s string, limit int) string {
+	if len(s) <= limit {
+		return s
 	}
-	return s
+	cut := limit
+	for cut > limit-utf8.UTFMax && cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	if !utf8.RuneStart(s[cut]) { // no rune there: bytes that are not UTF-8
+		cut = limit
+	}
+	return s[:cut]
 }
 
 // orNil is what p points at, or nil, for a log line.
