@@ -40,9 +40,9 @@ type Options struct {
 	SteadyDuration time.Duration // -steady-duration; 20s
 
 	ScheduledCount     int // -scheduled-count; 1000000
-	IngestEvents       int // -ingest-events; 30000
+	IngestEvents       int // -ingest-events; 20000
 	IngestClients      int // -ingest-clients; 16
-	IngestBatchEvents  int // -ingest-batch-events; 200000
+	IngestBatchEvents  int // -ingest-batch-events; 50000
 	IngestBatchSize    int // -ingest-batch-size; 1000
 	IngestBatchClients int // -ingest-batch-clients; 4
 
@@ -81,9 +81,9 @@ func (o *Options) bind(fs *flag.FlagSet) {
 	fs.IntVar(&o.SteadyRate, "steady-rate", 500, "steady: events per second")
 	fs.DurationVar(&o.SteadyDuration, "steady-duration", 20*time.Second, "steady: how long events are sent")
 	fs.IntVar(&o.ScheduledCount, "scheduled-count", 1000000, "scheduled: deliveries scheduled an hour ahead")
-	fs.IntVar(&o.IngestEvents, "ingest-events", 30000, "ingest: events, one per POST")
+	fs.IntVar(&o.IngestEvents, "ingest-events", 20000, "ingest: events, one per POST")
 	fs.IntVar(&o.IngestClients, "ingest-clients", 16, "ingest: concurrent clients")
-	fs.IntVar(&o.IngestBatchEvents, "ingest-batch-events", 200000, "ingest-batch: events")
+	fs.IntVar(&o.IngestBatchEvents, "ingest-batch-events", 50000, "ingest-batch: events")
 	fs.IntVar(&o.IngestBatchSize, "ingest-batch-size", 1000, "ingest-batch: events per batch request")
 	fs.IntVar(&o.IngestBatchClients, "ingest-batch-clients", 4, "ingest-batch: concurrent clients")
 	fs.IntVar(&o.MaxInFlight, "max-in-flight", 100,
