@@ -37,6 +37,7 @@ type Options struct {
 	NoisyDuration   time.Duration // -noisy-duration; 20s
 
 	SteadyRate     int           // -steady-rate; 500 events/s
+	SteadyWarmup   time.Duration // -steady-warmup; 3s
 	SteadyDuration time.Duration // -steady-duration; 20s
 
 	ScheduledCount     int // -scheduled-count; 1000000
@@ -80,6 +81,7 @@ func (o *Options) bind(fs *flag.FlagSet) {
 	fs.DurationVar(&o.NoisyDuration, "noisy-duration", 20*time.Second, "noisy: how long the healthy endpoint gets events")
 	fs.IntVar(&o.SteadyRate, "steady-rate", 500, "steady: events per second")
 	fs.DurationVar(&o.SteadyDuration, "steady-duration", 20*time.Second, "steady: how long events are sent")
+	fs.DurationVar(&o.SteadyWarmup, "steady-warmup", 3*time.Second, "steady: how long the same load runs first, not measured")
 	fs.IntVar(&o.ScheduledCount, "scheduled-count", 1000000, "scheduled: deliveries scheduled an hour ahead")
 	fs.IntVar(&o.IngestEvents, "ingest-events", 20000, "ingest: events, one per POST")
 	fs.IntVar(&o.IngestClients, "ingest-clients", 16, "ingest: concurrent clients")

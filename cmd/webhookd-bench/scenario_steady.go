@@ -11,7 +11,8 @@ var steadyScenario = scenario{
 	Name: "steady",
 	Title: func(o *Options) string {
 		return fmt.Sprintf("one instant endpoint on type bench.steady; %d events/s, one per POST, paced by a ticker "+
-			"from a pool of clients, for %s; latency from accepted to received", o.SteadyRate, o.SteadyDuration)
+			"from a pool of clients, for %s after %s of the same load not measured (a process just started opens its "+
+			"connections and PostgreSQL its caches); latency from accepted to received", o.SteadyRate, o.SteadyDuration, o.SteadyWarmup)
 	},
 	Run: runSteady,
 }
@@ -23,9 +24,20 @@ func runSteady(ctx context.Context, o *Options, seq int) (result, error) {
 	}
 	defer s.Close()
 	note, err := s.createEndpoints(ctx, []endpoint{
-		{name: "steady", behaviour: instant, eventType: "bench.steady", maxInFlight: o.MaxInFlight}})
+		{name: "steady", behaviour: instant, eventType: "bench.steady", maxInFlight: o.MaxInFlight},
+		{name: "warmup", behaviour: instant, eventType: "bench.warmup", maxInFlight: o.MaxInFlight}})
 	if err != nil {
 		return result{}, err
+	}
+	if o.SteadyWarmup > 0 { // the same load to an endpoint of its own, so the measured one sees only measured events
+		w := poster{api: s.api, ledger: &ledger{}, targets: []string{"warmup"},
+			make: func(i int) eventIn { return eventIn{Type: "bench.warmup", Data: map[string]int{"n": i}} }}
+		if _, err := w.Paced(ctx, o.SteadyRate, o.SteadyWarmup); err != nil {
+			return result{}, err
+		}
+		if err := waitDelivered(ctx, s.recv, w.targets, w.ledger.Expected(), o.StallTimeout, o.MaxWait); err != nil {
+			return result{}, err
+		}
 	}
 	l := &ledger{}
 	p := poster{api: s.api, ledger: l, targets: []string{"steady"},
