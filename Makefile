@@ -62,7 +62,7 @@ fuzz:
 	done
 
 ## bench: the Go benchmarks, then the load tool against bin/webhookd (every
-## scenario 3 times, medians) writing BENCHMARKS.md; about 20 minutes on 2 cores
+## scenario 3 times, medians) writing BENCHMARKS.md; about 25 minutes on 2 cores
 bench: bench-go build bench-tool
 	$(BENCH_TOOL) -webhookd $(BIN) -runs 3 -out BENCHMARKS.md
 
