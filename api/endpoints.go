@@ -51,7 +51,7 @@ func (s *Server) createEndpoint(c *call) (int, any, error) {
 	if !present["url"] {
 		return 0, nil, webhookd.Invalid("url", "is required")
 	}
-	if err := s.validateEndpoint(in, present); err != nil {
+	if err := s.validateEndpoint(&in, present); err != nil {
 		return 0, nil, err
 	}
 	secret, err := newSecret()
@@ -66,12 +66,15 @@ func (s *Server) createEndpoint(c *call) (int, any, error) {
 	return http.StatusCreated, endpointWithSecretJSON{endpointJSON: endpointOut(e), Secret: e.Secret}, nil
 }
 
-// validateEndpoint checks the fields present in a create or patch.
-func (s *Server) validateEndpoint(in endpointInput, present map[string]bool) error {
+// validateEndpoint checks the fields present in a create or patch, and
+// puts the URL in its canonical form.
+func (s *Server) validateEndpoint(in *endpointInput, present map[string]bool) error {
 	if present["url"] {
-		if err := s.validateURL(in.URL); err != nil {
+		u, err := s.validateURL(in.URL)
+		if err != nil {
 			return err
 		}
+		in.URL = u
 	}
 	if present["description"] && len(in.Description) > maxDescriptionLength {
 		return webhookd.Invalid("description", "must be at most %d characters", maxDescriptionLength)
@@ -101,29 +104,32 @@ func (s *Server) validateEndpoint(in endpointInput, present map[string]bool) err
 // validateURL accepts absolute http(s) URLs without credentials. Unless
 // private networks are allowed, a host that is a literal loopback, private,
 // link-local, multicast or unspecified address, or localhost, is refused
-// here too (the dial-time guard still checks every resolved address).
-func (s *Server) validateURL(raw string) error {
+// here too (the dial-time guard still checks every resolved address). It
+// returns raw with its scheme in lower case (schemes are case-insensitive,
+// RFC 3986 §3.1: HTTPS://x is https://x), and otherwise as given.
+func (s *Server) validateURL(raw string) (string, error) {
 	if raw == "" || len(raw) > maxURLLength {
-		return webhookd.Invalid("url", "must be an absolute http or https URL of at most %d characters", maxURLLength)
+		return "", webhookd.Invalid("url", "must be an absolute http or https URL of at most %d characters", maxURLLength)
 	}
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Hostname() == "" {
-		return webhookd.Invalid("url", "must be an absolute http or https URL")
+		return "", webhookd.Invalid("url", "must be an absolute http or https URL")
 	}
+	raw = u.Scheme + raw[len(u.Scheme):] // url.Parse lowered it; the rest stays as sent
 	if u.User != nil {
-		return webhookd.Invalid("url", "must not carry a user name or password")
+		return "", webhookd.Invalid("url", "must not carry a user name or password")
 	}
 	if s.cfg.AllowPrivateNetworks {
-		return nil
+		return raw, nil
 	}
 	host := strings.ToLower(strings.TrimSuffix(u.Hostname(), "."))
 	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
-		return webhookd.Invalid("url", "must not point at localhost")
+		return "", webhookd.Invalid("url", "must not point at localhost")
 	}
 	if ip, err := netip.ParseAddr(host); err == nil && !dispatcher.Allowed(ip) {
-		return webhookd.Invalid("url", "must not point at a loopback, private, link-local or multicast address")
+		return "", webhookd.Invalid("url", "must not point at a loopback, private, link-local or multicast address")
 	}
-	return nil
+	return raw, nil
 }
 
 // newSecret returns whsec_ + base64 of 32 random bytes.
@@ -168,7 +174,7 @@ func (s *Server) patchEndpoint(c *call) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	if err := s.validateEndpoint(in, present); err != nil {
+	if err := s.validateEndpoint(&in, present); err != nil {
 		return 0, nil, err
 	}
 	var p storage.EndpointPatch

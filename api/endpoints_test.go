@@ -158,3 +158,21 @@ func TestEndpointURLRules(t *testing.T) {
 	}
 	expectStatus(t, h.do(req{method: "POST", path: "/v1/endpoints", body: `{"url":"https://example.com/ok"}`, idem: "ok"}), http.StatusCreated)
 }
+
+// TestEndpointURLSchemeIsCaseInsensitive: HTTP://… is http://… (RFC 3986
+// §3.1); it is stored with its scheme in lower case and the rest as sent
+// (a fuzz finding: it used to pass validation and fail PostgreSQL's check).
+func TestEndpointURLSchemeIsCaseInsensitive(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	for _, c := range []struct{ in, want string }{
+		{"HTTP://127.0.0.1:9/Hook", "http://127.0.0.1:9/Hook"},
+		{"hTtPs://127.0.0.1:9/x?A=B", "https://127.0.0.1:9/x?A=B"},
+	} {
+		r := h.do(req{method: "POST", path: "/v1/endpoints", body: map[string]any{"url": c.in}, idem: c.in})
+		expectStatus(t, r, http.StatusCreated)
+		if got := r.json(t)["url"]; got != c.want {
+			t.Errorf("%s stored as %v, want %s", c.in, got, c.want)
+		}
+	}
+}
