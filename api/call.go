@@ -181,51 +181,74 @@ func (s *Server) finish(w http.ResponseWriter, c *call, h handlerFunc) {
 // idempotent serves a mutating handler behind an Idempotency-Key (SPEC §2).
 func (s *Server) idempotent(limit int64, h handlerFunc) func(http.ResponseWriter, *http.Request, *call) {
 	return func(w http.ResponseWriter, r *http.Request, c *call) {
-		key := r.Header.Get("Idempotency-Key")
-		switch {
-		case key == "":
-			s.fail(w, c, &webhookd.Error{Code: webhookd.CodeIdempotencyKeyRequired, Message: "this route requires an Idempotency-Key header"})
-			return
-		case len(key) > 255:
-			s.fail(w, c, &webhookd.Error{Code: webhookd.CodeIdempotencyKeyTooLong, Message: "Idempotency-Key is longer than 255 characters"})
-			return
+		if ik, ok := s.idempotencyKey(w, c, limit); ok {
+			s.runIdempotent(w, c, ik, h)
 		}
-		if err := checkText("Idempotency-Key", key); err != nil {
-			s.fail(w, c, err)
-			return
-		}
-		var err error
-		if c.body, err = readBody(w, r, limit); err != nil {
-			s.fail(w, c, err)
-			return
-		}
-		ik := storage.IdempotencyKey{ProjectID: c.project.ID, Key: key, TTL: c.project.IdempotencyTTL,
-			Fingerprint: fingerprint(r.Method, r.URL.Path, c.body)}
-		resp, replayed, err := s.db.WithIdempotency(c.ctx, ik, s.clock.Now(), s.cfg.IdempotencyWait,
-			func(st *storage.Store) (storage.StoredResponse, error) {
-				c.store = st
-				status, body, err := s.render(c, h)
-				return storage.StoredResponse{StatusCode: status, ContentType: "application/json", Body: body}, err
-			})
-		if err != nil {
-			if webhookd.ErrorCode(err) == webhookd.CodeIdempotencyKeyInProgress {
-				w.Header().Set("Retry-After", "5")
-			}
-			s.fail(w, c, err)
-			return
-		}
-		if replayed {
-			w.Header().Set("Idempotent-Replayed", "true")
-		}
-		if resp.ContentType != "" {
-			w.Header().Set("Content-Type", resp.ContentType)
-		}
-		w.WriteHeader(resp.StatusCode)
-		w.Write(resp.Body)
-		if !replayed && c.afterCommit != nil && resp.StatusCode < 300 {
-			http.NewResponseController(w).Flush() // the client need not wait for the queue
-			c.afterCommit(context.WithoutCancel(c.ctx))
-		}
+	}
+}
+
+// idempotencyKey checks the Idempotency-Key and reads the body; when it
+// refuses, the answer is written already.
+func (s *Server) idempotencyKey(w http.ResponseWriter, c *call, limit int64) (storage.IdempotencyKey, bool) {
+	key := c.r.Header.Get("Idempotency-Key")
+	switch {
+	case key == "":
+		s.fail(w, c, &webhookd.Error{Code: webhookd.CodeIdempotencyKeyRequired, Message: "this route requires an Idempotency-Key header"})
+		return storage.IdempotencyKey{}, false
+	case len(key) > 255:
+		s.fail(w, c, &webhookd.Error{Code: webhookd.CodeIdempotencyKeyTooLong, Message: "Idempotency-Key is longer than 255 characters"})
+		return storage.IdempotencyKey{}, false
+	}
+	if err := checkText("Idempotency-Key", key); err != nil {
+		s.fail(w, c, err)
+		return storage.IdempotencyKey{}, false
+	}
+	var err error
+	if c.body, err = readBody(w, c.r, limit); err != nil {
+		s.fail(w, c, err)
+		return storage.IdempotencyKey{}, false
+	}
+	return storage.IdempotencyKey{ProjectID: c.project.ID, Key: key, TTL: c.project.IdempotencyTTL,
+		Fingerprint: fingerprint(c.r.Method, c.r.URL.Path, c.body)}, true
+}
+
+// runIdempotent runs h at most once for ik (storage.WithIdempotency) and
+// writes its answer.
+func (s *Server) runIdempotent(w http.ResponseWriter, c *call, ik storage.IdempotencyKey, h handlerFunc) {
+	resp, replayed, err := s.db.WithIdempotency(c.ctx, ik, s.clock.Now(), s.cfg.IdempotencyWait,
+		func(st *storage.Store) (storage.StoredResponse, error) {
+			c.store = st
+			status, body, err := s.render(c, h)
+			return storage.StoredResponse{StatusCode: status, ContentType: "application/json", Body: body}, err
+		})
+	if err != nil {
+		s.failIdempotent(w, c, err)
+		return
+	}
+	s.writeStored(w, c, resp, replayed)
+}
+
+func (s *Server) failIdempotent(w http.ResponseWriter, c *call, err error) {
+	if webhookd.ErrorCode(err) == webhookd.CodeIdempotencyKeyInProgress {
+		w.Header().Set("Retry-After", "5")
+	}
+	s.fail(w, c, err)
+}
+
+// writeStored writes an idempotent request's response, then, for a new
+// success, runs its afterCommit.
+func (s *Server) writeStored(w http.ResponseWriter, c *call, resp storage.StoredResponse, replayed bool) {
+	if replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	if resp.ContentType != "" {
+		w.Header().Set("Content-Type", resp.ContentType)
+	}
+	w.WriteHeader(resp.StatusCode)
+	w.Write(resp.Body)
+	if !replayed && c.afterCommit != nil && resp.StatusCode < 300 {
+		http.NewResponseController(w).Flush() // the client need not wait for the queue
+		c.afterCommit(context.WithoutCancel(c.ctx))
 	}
 }
 

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -17,57 +18,120 @@ const MaxBatchEvents = 1000
 
 var eventTypePattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
 
-// createEvent serves POST /v1/events.
-func (s *Server) createEvent(c *call) (int, any, error) {
-	ev, err := s.parseEvent(c.body, "")
-	if err != nil {
-		return 0, nil, err
+// events serves POST /v1/events (batch false) and POST /v1/events/batch
+// (all events or none) as idempotent would, with the work committed in a
+// transaction shared with concurrent requests (storage.Ingester). What a
+// group cannot take (a replay, a bad body, a group that failed) runs alone.
+func (s *Server) events(limit int64, batch bool) func(http.ResponseWriter, *http.Request, *call) {
+	alone := func(c *call) (int, any, error) {
+		evs, err := s.parseEvents(c.body, batch)
+		if err != nil {
+			return 0, nil, err
+		}
+		out, err := s.ingest(c, evs, batch)
+		if err != nil {
+			return 0, nil, err
+		}
+		return http.StatusAccepted, eventsOut(out, batch), nil
 	}
-	evs, err := s.ingest(c, []storage.NewEvent{ev}, false)
-	if err != nil {
-		return 0, nil, err
+	return func(w http.ResponseWriter, r *http.Request, c *call) {
+		ik, ok := s.idempotencyKey(w, c, limit)
+		if !ok {
+			return
+		}
+		evs, err := s.parseEvents(c.body, batch)
+		if err != nil || s.ingester == nil {
+			s.runIdempotent(w, c, ik, alone)
+			return
+		}
+		now := s.clock.Now()
+		resp, out, release, err := s.ingester.Ingest(c.ctx, storage.IngestRequest{Key: ik, Events: evs, Now: now,
+			FieldPrefix: fieldPrefixer(batch),
+			Render: func(out []webhookd.Event, err error) (storage.StoredResponse, error) {
+				if err != nil {
+					status, body := errorResponse(appError(err), c.requestID)
+					return storage.StoredResponse{StatusCode: status, ContentType: "application/json", Body: body}, nil
+				}
+				body, err := marshalJSON(eventsOut(out, batch))
+				return storage.StoredResponse{StatusCode: http.StatusAccepted, ContentType: "application/json", Body: body}, err
+			}}, s.cfg.IdempotencyWait)
+		switch {
+		case errors.Is(err, storage.ErrIngestAlone):
+			defer release()
+			s.runIdempotent(w, c, ik, alone)
+			return
+		case err != nil:
+			s.failIdempotent(w, c, err)
+			return
+		}
+		if out != nil {
+			c.afterCommit = func(ctx context.Context) { s.enqueue(ctx, now, out) }
+		}
+		s.writeStored(w, c, resp, false)
 	}
-	return http.StatusAccepted, eventOut(evs[0]), nil
 }
 
-// createEventBatch serves POST /v1/events/batch: all events or none.
-func (s *Server) createEventBatch(c *call) (int, any, error) {
+// parseEvents validates the body of POST /v1/events, or of
+// POST /v1/events/batch when batch is set.
+func (s *Server) parseEvents(body []byte, batch bool) ([]storage.NewEvent, error) {
+	if !batch {
+		ev, err := s.parseEvent(body, "")
+		if err != nil {
+			return nil, err
+		}
+		return []storage.NewEvent{ev}, nil
+	}
 	var items []json.RawMessage
-	present, err := decodeObject(c.body, "", map[string]any{"events": &items})
+	present, err := decodeObject(body, "", map[string]any{"events": &items})
 	if err != nil {
-		return 0, nil, err
+		return nil, err
 	}
 	switch {
 	case !present["events"] || items == nil:
-		return 0, nil, webhookd.Invalid("events", "is required")
+		return nil, webhookd.Invalid("events", "is required")
 	case len(items) == 0:
-		return 0, nil, webhookd.Invalid("events", "must hold at least one event")
+		return nil, webhookd.Invalid("events", "must hold at least one event")
 	case len(items) > MaxBatchEvents:
-		return 0, nil, webhookd.Invalid("events", "must hold at most %d events", MaxBatchEvents)
+		return nil, webhookd.Invalid("events", "must hold at most %d events", MaxBatchEvents)
 	}
 	evs := make([]storage.NewEvent, len(items))
 	seen := make(map[string]int)
 	for i, raw := range items {
 		prefix := fmt.Sprintf("events[%d].", i)
 		if evs[i], err = s.parseEvent(raw, prefix); err != nil {
-			return 0, nil, err
+			return nil, err
 		}
 		if x := evs[i].ExternalID; x != nil {
 			if j, dup := seen[*x]; dup {
-				return 0, nil, webhookd.Invalid(prefix+"external_id", "repeats events[%d].external_id", j)
+				return nil, webhookd.Invalid(prefix+"external_id", "repeats events[%d].external_id", j)
 			}
 			seen[*x] = i
 		}
 	}
-	out, err := s.ingest(c, evs, true)
-	if err != nil {
-		return 0, nil, err
+	return evs, nil
+}
+
+// eventsOut is the answer to an accepted event request.
+func eventsOut(evs []webhookd.Event, batch bool) any {
+	if !batch {
+		return eventOut(evs[0])
 	}
-	list := make([]eventJSON, len(out))
-	for i, e := range out {
+	list := make([]eventJSON, len(evs))
+	for i, e := range evs {
 		list[i] = eventOut(e)
 	}
-	return http.StatusAccepted, map[string]any{"data": list}, nil
+	return map[string]any{"data": list}
+}
+
+// fieldPrefixer names event i's place in error fields: events[i]. in a
+// batch, nothing for a single event.
+func fieldPrefixer(batch bool) func(int) string {
+	return func(i int) string {
+		if !batch {
+			return ""
+		}
+		return fmt.Sprintf("events[%d].", i)
+	}
 }
 
 // ingest writes the events and, after the response commits, hands their
@@ -75,12 +139,7 @@ func (s *Server) createEventBatch(c *call) (int, any, error) {
 // In a batch, fields are named events[i].field.
 func (s *Server) ingest(c *call, evs []storage.NewEvent, batch bool) ([]webhookd.Event, error) {
 	now := s.clock.Now()
-	out, err := c.store.CreateEvents(c.ctx, c.project.ID, evs, now, func(i int) string {
-		if !batch {
-			return ""
-		}
-		return fmt.Sprintf("events[%d].", i)
-	})
+	out, err := c.store.CreateEvents(c.ctx, c.project.ID, evs, now, fieldPrefixer(batch))
 	if err != nil {
 		return nil, err
 	}

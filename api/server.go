@@ -55,6 +55,11 @@ type Config struct {
 	// client address the unauthenticated rate limit counts by; default
 	// none (the peer address counts).
 	TrustedProxies []netip.Prefix
+	// IngestGroups is how many groups of event requests commit at once
+	// (storage.Ingester): requests arriving meanwhile wait for the next
+	// group and share its transaction. Default 2; -1 commits each request
+	// in a transaction of its own.
+	IngestGroups int
 	// RedisTimeout bounds each limiter call so a slow Redis cannot stall the
 	// API; default 250ms.
 	RedisTimeout time.Duration
@@ -79,6 +84,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MaxBatchBytes == 0 {
 		c.MaxBatchBytes = 1 << 20
+	}
+	if c.IngestGroups == 0 {
+		c.IngestGroups = 2
 	}
 	if c.IdempotencyWait == 0 {
 		c.IdempotencyWait = 10 * time.Second
@@ -127,10 +135,12 @@ type Server struct {
 	log     *slog.Logger
 	clock   webhookd.Clock
 	limiter *rateLimiter
-	keys    *keyCache
-	stop    context.CancelFunc // ends the key-revocation watch
-	mux     *http.ServeMux
-	handler http.Handler // mux, counted (metrics.go), bounded in time (timeout.go)
+	// ingester commits event requests in groups; nil: each alone.
+	ingester *storage.Ingester
+	keys     *keyCache
+	stop     context.CancelFunc // ends the key-revocation watch
+	mux      *http.ServeMux
+	handler  http.Handler // mux, counted (metrics.go), bounded in time (timeout.go)
 	// patterns are the routes registered, in order (for the test that
 	// holds them and the OpenAPI document together).
 	patterns []string
@@ -146,6 +156,9 @@ func New(cfg Config) (*Server, error) {
 	var err error
 	if s.limiter, err = newRateLimiter(cfg.Redis, cfg.RateLimitPrefix, cfg.RedisTimeout, cfg.Logger, cfg.Metrics); err != nil {
 		return nil, err
+	}
+	if cfg.IngestGroups > 0 {
+		s.ingester = cfg.DB.NewIngester(cfg.IngestGroups)
 	}
 	s.routes()
 	if s.handler, err = s.instrument(s.mux); err != nil {
@@ -182,8 +195,8 @@ func (s *Server) RedisDegraded() bool { return s.limiter.degraded() }
 
 func (s *Server) routes() {
 	p := s.cfg.MaxPayloadBytes
-	s.handle("POST /v1/events", s.idempotent(p, s.createEvent))
-	s.handle("POST /v1/events/batch", s.idempotent(s.cfg.MaxBatchBytes, s.createEventBatch))
+	s.handle("POST /v1/events", s.events(p, false))
+	s.handle("POST /v1/events/batch", s.events(s.cfg.MaxBatchBytes, true))
 	s.handle("GET /v1/events/{id}", s.plain(s.getEvent))
 	s.handle("POST /v1/endpoints", s.idempotent(p, s.createEndpoint))
 	s.handle("GET /v1/endpoints", s.plain(s.listEndpoints))

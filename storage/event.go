@@ -45,40 +45,56 @@ func (s *Store) CreateEvents(ctx context.Context, projectID string, evs []NewEve
 		if err != nil {
 			return err
 		}
-		out = make([]webhookd.Event, len(evs))
-		var (
-			dIDs, dEvents     []string
-			dEndpoints, dType []string
-			dTrigger          []string
-		)
-		for i, ev := range evs {
-			e := webhookd.Event{ID: evIDs[i], ProjectID: projectID, Type: ev.Type, Data: ev.Data,
-				ExternalID: ev.ExternalID, CreatedAt: now, Deliveries: []webhookd.DeliveryRef{}}
-			for _, ep := range targets[i] {
-				d := webhookd.DeliveryRef{ID: newID(prefixDelivery), EndpointID: ep, Status: webhookd.DeliveryPending}
-				e.Deliveries = append(e.Deliveries, d)
-				dIDs, dEvents, dEndpoints, dType = append(dIDs, d.ID), append(dEvents, e.ID), append(dEndpoints, ep), append(dType, e.Type)
-				dTrigger = append(dTrigger, cmp.Or(ev.Trigger, webhookd.TriggerAuto))
-			}
-			out[i] = e
-		}
+		var rows deliveryRows
+		out = rows.add(projectID, evs, evIDs, targets, now)
 		if len(inserted) != len(evIDs) {
 			return externalIDTaken(ctx, tx, projectID, evs, inserted, evIDs)
 		}
-		if len(dIDs) == 0 {
+		if len(rows.ids) == 0 {
 			return nil
 		}
-		return s.execLater(ctx, tx, `
-			INSERT INTO deliveries (id, project_id, event_id, endpoint_id, event_type, trigger, status, next_attempt_at, created_at, updated_at)
-			SELECT id, $1, ev, ep, typ, trig, 'pending', $6, $6, $6
-			FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $7::text[]) AS t(id, ev, ep, typ, trig)`,
-			projectID, dIDs, dEvents, dEndpoints, dType, now, dTrigger)
+		return s.execLater(ctx, tx, insertDeliveries, rows.args()...)
 	})
 	if err != nil {
 		return nil, translate(err, "create events")
 	}
 	return out, nil
 }
+
+// deliveryRows are new deliveries, as the columns of insertDeliveries.
+type deliveryRows struct {
+	ids, projects, events, endpoints, types, triggers []string
+	due                                               []time.Time
+}
+
+// add makes the events with the ids given and one pending delivery, due at
+// now, per target endpoint; it returns the events.
+func (d *deliveryRows) add(projectID string, evs []NewEvent, ids []string, targets [][]string, now time.Time) []webhookd.Event {
+	out := make([]webhookd.Event, len(evs))
+	for i, ev := range evs {
+		e := webhookd.Event{ID: ids[i], ProjectID: projectID, Type: ev.Type, Data: ev.Data,
+			ExternalID: ev.ExternalID, CreatedAt: now, Deliveries: make([]webhookd.DeliveryRef, 0, len(targets[i]))}
+		for _, ep := range targets[i] {
+			ref := webhookd.DeliveryRef{ID: newID(prefixDelivery), EndpointID: ep, Status: webhookd.DeliveryPending}
+			e.Deliveries = append(e.Deliveries, ref)
+			d.ids, d.projects, d.events = append(d.ids, ref.ID), append(d.projects, projectID), append(d.events, e.ID)
+			d.endpoints, d.types = append(d.endpoints, ep), append(d.types, e.Type)
+			d.triggers, d.due = append(d.triggers, cmp.Or(ev.Trigger, webhookd.TriggerAuto)), append(d.due, now)
+		}
+		out[i] = e
+	}
+	return out
+}
+
+func (d *deliveryRows) args() []any {
+	return []any{d.ids, d.projects, d.events, d.endpoints, d.types, d.triggers, d.due}
+}
+
+const insertDeliveries = `
+	INSERT INTO deliveries (id, project_id, event_id, endpoint_id, event_type, trigger, status, next_attempt_at, created_at, updated_at)
+	SELECT id, prj, ev, ep, typ, trig, 'pending', due, due, due
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::timestamptz[])
+		AS t(id, prj, ev, ep, typ, trig, due)`
 
 // matchAndInsert inserts the events with the ids given (but those whose
 // external_id is taken) and returns, per event, the ids of the endpoints it
@@ -93,25 +109,15 @@ func matchAndInsert(ctx context.Context, tx pgx.Tx, projectID string, evs []NewE
 		listed = append(listed, ev.EndpointIDs...)
 		types[i], datas[i], extIDs[i] = ev.Type, string(ev.Data), ev.ExternalID
 	}
-	type ep struct {
-		id     string
-		types  []string
-		active bool
-	}
 	b := &pgx.Batch{}
-	var eps []ep
+	var eps []endpointMatch
 	// Only the endpoints that can match are read: those listed by id, and
 	// the active ones subscribed to one of the batch's types or to all.
-	b.Queue(`SELECT id, event_types, status = 'active' FROM endpoints
+	b.Queue(`SELECT project_id, id, event_types, status = 'active' FROM endpoints
 		WHERE project_id = $1 AND deleted_at IS NULL
 		AND (id = ANY($2) OR status = 'active' AND (event_types = '{}' OR event_types && $3::text[]))
-		ORDER BY id`, projectID, listed, types).Query(func(rows pgx.Rows) error {
-		var err error
-		eps, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (ep, error) {
-			var e ep
-			err := r.Scan(&e.id, &e.types, &e.active)
-			return e, err
-		})
+		ORDER BY id`, projectID, listed, types).Query(func(rows pgx.Rows) (err error) {
+		eps, err = collectEndpointMatches(rows)
 		return err
 	})
 	var inserted []string
@@ -128,17 +134,45 @@ func matchAndInsert(ctx context.Context, tx pgx.Tx, projectID string, evs []NewE
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return nil, nil, err
 	}
-	byID := make(map[string]ep, len(eps))
-	for _, e := range eps {
-		byID[e.id] = e
-	}
+	out, err := matchEndpoints(evs, eps, fieldPrefix)
+	return out, inserted, err
+}
+
+// endpointMatch is what matching an event to endpoints reads of one.
+type endpointMatch struct {
+	projectID string
+	id        string
+	types     []string
+	active    bool
+}
+
+func collectEndpointMatches(rows pgx.Rows) ([]endpointMatch, error) {
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (endpointMatch, error) {
+		var e endpointMatch
+		err := r.Scan(&e.projectID, &e.id, &e.types, &e.active)
+		return e, err
+	})
+}
+
+// matchEndpoints returns, per event, the ids of the endpoints it goes to:
+// the listed endpoint_ids that are active, else every active endpoint
+// subscribed to its type. eps are the project's candidates in id order; a
+// listed id that is not among them fails validation.
+func matchEndpoints(evs []NewEvent, eps []endpointMatch, fieldPrefix func(int) string) ([][]string, error) {
 	out := make([][]string, len(evs))
+	var byID map[string]endpointMatch
 	for i, ev := range evs {
 		if ev.EndpointIDs != nil {
+			if byID == nil {
+				byID = make(map[string]endpointMatch, len(eps))
+				for _, e := range eps {
+					byID[e.id] = e
+				}
+			}
 			for j, id := range ev.EndpointIDs {
 				e, ok := byID[id]
 				if !ok {
-					return nil, nil, webhookd.Invalid(fmt.Sprintf("%sendpoint_ids[%d]", fieldPrefix(i), j), "no such endpoint %q", id)
+					return nil, webhookd.Invalid(fmt.Sprintf("%sendpoint_ids[%d]", fieldPrefix(i), j), "no such endpoint %q", id)
 				}
 				if e.active && !slices.Contains(out[i], id) {
 					out[i] = append(out[i], id)
@@ -152,7 +186,7 @@ func matchAndInsert(ctx context.Context, tx pgx.Tx, projectID string, evs []NewE
 			}
 		}
 	}
-	return out, inserted, nil
+	return out, nil
 }
 
 // externalIDTaken builds the external_id_taken error for the first event

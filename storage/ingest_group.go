@@ -1,0 +1,362 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/webhookd/webhookd"
+)
+
+// IngestRequest is one event request behind an Idempotency-Key, as an
+// Ingester takes it.
+type IngestRequest struct {
+	Key    IdempotencyKey
+	Events []NewEvent
+	Now    time.Time
+	// FieldPrefix names event i's place in error fields ("events[3]."
+	// in a batch).
+	FieldPrefix func(int) string
+	// Render makes the response to remember: of the events written, or of
+	// the client error (a *webhookd.Error) that leaves nothing written.
+	Render func(evs []webhookd.Event, err error) (StoredResponse, error)
+}
+
+// ErrIngestAlone tells that an Ingester did not take a request: its key
+// was used before (a replay, a mismatch), its group could not commit, or
+// it raced another request of its group. Run it on its own with
+// WithIdempotency, which gives it the answer it would have had alone.
+var ErrIngestAlone = errors.New("storage: run this ingest on its own")
+
+// Ingester commits concurrent event requests together: one transaction of
+// two round trips for a group instead of one per request. Each request
+// keeps its own outcome: a client error is remembered for its key and
+// writes nothing, as WithIdempotency would. Groups form of their own: while
+// the groups in flight run, new requests queue for the next one.
+type Ingester struct {
+	db        *DB
+	parallel  int // groups in flight at once
+	maxEvents int // events in one group, unless one request alone has more
+
+	mu      sync.Mutex
+	pending []*ingestCall
+	running int
+	keys    map[ikey]chan struct{} // keys in a group now; closed when it ends
+}
+
+// NewIngester returns an Ingester running at most parallel groups at once.
+func (db *DB) NewIngester(parallel int) *Ingester {
+	return &Ingester{db: db, parallel: max(parallel, 1), maxEvents: 2000, keys: map[ikey]chan struct{}{}}
+}
+
+type ikey struct{ project, key string }
+
+type ingestCall struct {
+	req  IngestRequest
+	k    ikey
+	resp StoredResponse
+	evs  []webhookd.Event
+	err  error
+	done chan struct{}
+	// finished and abandoned (guarded by Ingester.mu) settle who releases
+	// the key of a call that ends with ErrIngestAlone: its caller, or the
+	// group when the caller left.
+	finished, abandoned bool
+}
+
+// groupTimeout bounds one group's transaction.
+const groupTimeout = 10 * time.Second
+
+// Ingest writes req's events and their deliveries and remembers the
+// response for its key, in a transaction shared with concurrent requests.
+// It returns the response and, when it is a success, the events.
+//
+// With ErrIngestAlone the caller runs the request alone and then calls
+// release: until then the key stays reserved in this process, so a repeat
+// that arrives meanwhile waits for that run as it would for a group, at
+// most wait and without a connection; it then runs alone too (and
+// replays, or waits its turn in WithIdempotency). release is never nil.
+func (g *Ingester) Ingest(ctx context.Context, req IngestRequest, wait time.Duration) (resp StoredResponse, evs []webhookd.Event, release func(), err error) {
+	c := &ingestCall{req: req, k: ikey{req.Key.ProjectID, req.Key.Key}, done: make(chan struct{})}
+	g.mu.Lock()
+	if busy, ok := g.keys[c.k]; ok {
+		g.mu.Unlock()
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case <-busy:
+		case <-t.C:
+		case <-ctx.Done():
+			return StoredResponse{}, nil, func() {}, ctx.Err()
+		}
+		return StoredResponse{}, nil, func() {}, ErrIngestAlone
+	}
+	g.keys[c.k] = make(chan struct{})
+	g.pending = append(g.pending, c)
+	if g.running < g.parallel {
+		g.running++
+		go g.run()
+	}
+	g.mu.Unlock()
+	select {
+	case <-c.done:
+		if c.err == ErrIngestAlone {
+			var once sync.Once
+			return c.resp, nil, func() { once.Do(func() { g.release(c.k) }) }, c.err
+		}
+		return c.resp, c.evs, func() {}, c.err
+	case <-ctx.Done(): // the group goes on; a repeat replays what it commits
+		g.mu.Lock()
+		c.abandoned = true
+		if c.finished && c.err == ErrIngestAlone {
+			g.releaseLocked(c.k)
+		}
+		g.mu.Unlock()
+		return StoredResponse{}, nil, func() {}, ctx.Err()
+	}
+}
+
+func (g *Ingester) release(k ikey) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.releaseLocked(k)
+}
+
+func (g *Ingester) releaseLocked(k ikey) {
+	close(g.keys[k])
+	delete(g.keys, k)
+}
+
+// run commits groups of what is pending until nothing is.
+func (g *Ingester) run() {
+	for {
+		g.mu.Lock()
+		n, events := 0, 0
+		for n < len(g.pending) && (n == 0 || events+len(g.pending[n].req.Events) <= g.maxEvents) {
+			events += len(g.pending[n].req.Events)
+			n++
+		}
+		if n == 0 {
+			g.running--
+			g.mu.Unlock()
+			return
+		}
+		group := g.pending[:n:n]
+		g.pending = g.pending[n:]
+		g.mu.Unlock()
+
+		ctx, cancel := context.WithTimeout(context.Background(), groupTimeout)
+		if err := g.commit(ctx, group); err != nil {
+			for _, c := range group {
+				c.resp, c.evs, c.err = StoredResponse{}, nil, ErrIngestAlone
+			}
+		}
+		cancel()
+		g.mu.Lock()
+		for _, c := range group {
+			c.finished = true
+			if c.err != ErrIngestAlone || c.abandoned { // else the caller releases it after its run alone
+				g.releaseLocked(c.k)
+			}
+		}
+		g.mu.Unlock()
+		for _, c := range group {
+			close(c.done)
+		}
+	}
+}
+
+// commit runs one group. Its first round trip begins the transaction,
+// claims every key, reads the endpoints that can match and the external
+// ids taken; its second writes what the requests that claimed their key
+// made, with their responses, and commits. An error fails the whole group
+// (each request then runs alone).
+func (g *Ingester) commit(ctx context.Context, group []*ingestCall) error {
+	conn, err := g.db.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release() // pgxpool drops a connection left in a transaction
+	tx := &connTx{c: conn}
+	defer tx.Rollback(ctx)
+
+	var (
+		projects, keys      []string
+		fps                 [][]byte
+		created, expires    []time.Time
+		listed, types       []string
+		extProjects, extIDs []string
+		claimed             = map[ikey]bool{}
+		eps                 []endpointMatch
+		taken               = map[ikey]string{} // (project, external id) → event id
+		projectSeen         = map[string]bool{}
+		candidateProjects   []string
+		anyExternal         bool
+	)
+	for _, c := range group {
+		k := c.req.Key
+		projects, keys, fps = append(projects, k.ProjectID), append(keys, k.Key), append(fps, k.Fingerprint[:])
+		created, expires = append(created, c.req.Now), append(expires, c.req.Now.Add(k.TTL))
+		if !projectSeen[k.ProjectID] {
+			projectSeen[k.ProjectID] = true
+			candidateProjects = append(candidateProjects, k.ProjectID)
+		}
+		for _, ev := range c.req.Events {
+			listed = append(listed, ev.EndpointIDs...)
+			types = append(types, ev.Type)
+			if ev.ExternalID != nil {
+				extProjects, extIDs = append(extProjects, k.ProjectID), append(extIDs, *ev.ExternalID)
+				anyExternal = true
+			}
+		}
+	}
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	// Another process's request with one of these keys, or with one of
+	// these external ids, holds its row only briefly; past this the
+	// group gives up and its requests run alone.
+	b.Queue("SET LOCAL lock_timeout = 200")
+	b.Queue(`
+		INSERT INTO idempotency_records (project_id, key, fingerprint, created_at, expires_at)
+		SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::timestamptz[], $5::timestamptz[])
+		ON CONFLICT (project_id, key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint,
+			status_code = NULL, content_type = NULL, response_body = NULL,
+			created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
+		WHERE idempotency_records.expires_at <= EXCLUDED.created_at
+		RETURNING project_id, key`, projects, keys, fps, created, expires).Query(func(rows pgx.Rows) error {
+		var k ikey
+		_, err := pgx.ForEachRow(rows, []any{&k.project, &k.key}, func() error { claimed[k] = true; return nil })
+		return err
+	})
+	b.Queue(`SELECT project_id, id, event_types, status = 'active' FROM endpoints
+		WHERE project_id = ANY($1) AND deleted_at IS NULL
+		AND (id = ANY($2) OR status = 'active' AND (event_types = '{}' OR event_types && $3::text[]))
+		ORDER BY project_id, id`, candidateProjects, listed, types).Query(func(rows pgx.Rows) (err error) {
+		eps, err = collectEndpointMatches(rows)
+		return err
+	})
+	if anyExternal {
+		b.Queue(`SELECT e.project_id, e.external_id, e.id FROM events e
+			JOIN unnest($1::text[], $2::text[]) AS t(p, x) ON e.project_id = t.p AND e.external_id = t.x`,
+			extProjects, extIDs).Query(func(rows pgx.Rows) error {
+			var k ikey
+			var id string
+			_, err := pgx.ForEachRow(rows, []any{&k.project, &k.key, &id}, func() error { taken[k] = id; return nil })
+			return err
+		})
+	}
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return err
+	}
+
+	var (
+		evIDs, evProjects, evTypes, evData []string
+		evExt                              []*string
+		evAt                               []time.Time
+		rows                               deliveryRows
+		stored                             struct {
+			projects, keys, types []string
+			codes                 []int32
+			bodies                [][]byte
+		}
+		released struct{ projects, keys []string }
+		inGroup  = map[ikey]bool{} // external ids this group writes
+	)
+	for _, c := range group {
+		if !claimed[c.k] {
+			c.err = ErrIngestAlone // a replay or a mismatch
+			continue
+		}
+		p := c.k.project
+		var mine []endpointMatch
+		for _, e := range eps {
+			if e.projectID == p {
+				mine = append(mine, e)
+			}
+		}
+		targets, err := matchEndpoints(c.req.Events, mine, c.req.FieldPrefix)
+		alone := false
+		for _, ev := range c.req.Events {
+			if ev.ExternalID == nil || err != nil {
+				continue
+			}
+			x := ikey{p, *ev.ExternalID}
+			if id, ok := taken[x]; ok {
+				err = &webhookd.Error{Code: webhookd.CodeExternalIDTaken, ExistingID: id,
+					Message: fmt.Sprintf("an event with external_id %q exists already", *ev.ExternalID)}
+			} else if inGroup[x] {
+				alone = true // it meets the other's event once this group commits
+			}
+		}
+		if alone {
+			c.err = ErrIngestAlone
+			released.projects, released.keys = append(released.projects, p), append(released.keys, c.k.key)
+			continue
+		}
+		var evs []webhookd.Event
+		if err == nil {
+			ids := make([]string, len(c.req.Events))
+			for i, ev := range c.req.Events {
+				ids[i] = newID(prefixEvent)
+				evIDs, evProjects, evTypes = append(evIDs, ids[i]), append(evProjects, p), append(evTypes, ev.Type)
+				evData, evExt, evAt = append(evData, string(ev.Data)), append(evExt, ev.ExternalID), append(evAt, c.req.Now)
+				if ev.ExternalID != nil {
+					inGroup[ikey{p, *ev.ExternalID}] = true
+				}
+			}
+			evs = rows.add(p, c.req.Events, ids, targets, c.req.Now)
+		}
+		resp, rerr := c.req.Render(evs, err)
+		if rerr != nil || !resp.remembered() {
+			if err == nil { // its writes are in the arrays already: the group cannot drop them
+				return fmt.Errorf("render ingest response: %v", rerr)
+			}
+			c.resp, c.err = resp, rerr
+			released.projects, released.keys = append(released.projects, p), append(released.keys, c.k.key)
+			continue
+		}
+		c.resp = resp
+		if err == nil {
+			c.evs = evs
+		}
+		stored.projects, stored.keys = append(stored.projects, p), append(stored.keys, c.k.key)
+		stored.codes, stored.types = append(stored.codes, int32(resp.StatusCode)), append(stored.types, resp.ContentType)
+		stored.bodies = append(stored.bodies, g.db.box.seal(resp.Body)) // it may hold a secret
+	}
+
+	b = &pgx.Batch{}
+	if len(evIDs) > 0 {
+		b.Queue(`INSERT INTO events (id, project_id, type, data, external_id, created_at)
+			SELECT id, prj, typ, data::json, ext, at
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[])
+				AS t(id, prj, typ, data, ext, at)`, evIDs, evProjects, evTypes, evData, evExt, evAt)
+	}
+	if len(rows.ids) > 0 {
+		b.Queue(insertDeliveries, rows.args()...)
+	}
+	if len(stored.keys) > 0 {
+		b.Queue(`UPDATE idempotency_records r SET status_code = t.code, content_type = t.ct, response_body = t.body
+			FROM unnest($1::text[], $2::text[], $3::int4[], $4::text[], $5::bytea[]) AS t(prj, key, code, ct, body)
+			WHERE r.project_id = t.prj AND r.key = t.key`,
+			stored.projects, stored.keys, stored.codes, stored.types, stored.bodies)
+	}
+	if len(released.keys) > 0 {
+		b.Queue(`DELETE FROM idempotency_records r USING unnest($1::text[], $2::text[]) AS t(prj, key)
+			WHERE r.project_id = t.prj AND r.key = t.key`, released.projects, released.keys)
+	}
+	var tag pgconn.CommandTag
+	b.Queue("COMMIT").Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return err
+	}
+	if tag.String() != "COMMIT" {
+		return pgx.ErrTxCommitRollback
+	}
+	tx.committed()
+	return nil
+}
