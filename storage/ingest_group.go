@@ -47,6 +47,16 @@ type Ingester struct {
 	pending []*ingestCall
 	running int
 	keys    map[ikey]chan struct{} // keys in a group now; closed when it ends
+	groups  int64                  // groups run (guarded by mu)
+
+	beforeGroup func(n int) // tests: called as a group of n begins
+}
+
+// Groups returns how many groups have run.
+func (g *Ingester) Groups() int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.groups
 }
 
 // NewIngester returns an Ingester running at most parallel groups at once.
@@ -148,7 +158,11 @@ func (g *Ingester) run() {
 		}
 		group := g.pending[:n:n]
 		g.pending = g.pending[n:]
+		g.groups++
 		g.mu.Unlock()
+		if g.beforeGroup != nil {
+			g.beforeGroup(n)
+		}
 
 		ctx, cancel := context.WithTimeout(context.Background(), groupTimeout)
 		if err := g.commit(ctx, group); err != nil {

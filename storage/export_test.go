@@ -1,0 +1,11 @@
+package storage
+
+// SetBeforeGroup makes g call f as each group of n requests begins.
+func SetBeforeGroup(g *Ingester, f func(n int)) { g.beforeGroup = f }
+
+// PendingIngests returns how many requests wait for g's next group.
+func PendingIngests(g *Ingester) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.pending)
+}
