@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -62,7 +63,7 @@ func (s *Server) bounded(h http.Handler) (http.Handler, error) {
 				inner.Body = io.NopCloser(bytes.NewReader(body))
 			}
 		}
-		bw := &bufferedWriter{header: http.Header{}}
+		bw := &bufferedWriter{header: http.Header{}, flushed: make(chan struct{})}
 		done := make(chan any, 1)
 		go func() {
 			defer cancel()
@@ -75,6 +76,13 @@ func (s *Server) bounded(h http.Handler) (http.Handler, error) {
 				panic(p) // as if h had run here: net/http logs it and closes the connection
 			}
 			bw.copyTo(w)
+		case <-bw.flushed: // answered; h goes on with work the client need not wait for
+			bw.copyTo(w)
+			go func() {
+				if p := <-done; p != nil && p != http.ErrAbortHandler {
+					s.log.Error("api handler panicked after its answer was sent", "request_id", id, "panic", p)
+				}
+			}()
 		case <-timer.C:
 			timeouts.Inc()
 			w.Header().Set("X-Request-Id", id)
@@ -97,29 +105,61 @@ func (s *Server) bounded(h http.Handler) (http.Handler, error) {
 // before its context is cancelled.
 const workGrace = time.Minute
 
-// bufferedWriter keeps a response until it can be sent whole.
+// bufferedWriter keeps a response until it can be sent whole: when the
+// handler returns, or when it flushes (the answer is complete and the
+// handler goes on with work the client need not wait for).
 type bufferedWriter struct {
-	header http.Header
-	code   int
-	body   bytes.Buffer
+	header  http.Header
+	flushed chan struct{} // closed by the first Flush
+	mu      sync.Mutex
+	code    int
+	body    bytes.Buffer
+	sent    bool // copied to the client: later writes go nowhere
 }
 
 func (b *bufferedWriter) Header() http.Header { return b.header }
 
 func (b *bufferedWriter) WriteHeader(code int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	if b.code == 0 {
 		b.code = code
 	}
 }
 
 func (b *bufferedWriter) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	if b.code == 0 {
 		b.code = http.StatusOK
+	}
+	if b.sent {
+		return 0, http.ErrHandlerTimeout
 	}
 	return b.body.Write(p)
 }
 
+// Flush marks the response complete. The handler must not change its
+// headers afterwards.
+func (b *bufferedWriter) Flush() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.flushed != nil && !b.sent {
+		select {
+		case <-b.flushed:
+		default:
+			close(b.flushed)
+		}
+	}
+}
+
 func (b *bufferedWriter) copyTo(w http.ResponseWriter) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.sent {
+		return
+	}
+	b.sent = true
 	for k, v := range b.header {
 		w.Header()[k] = v
 	}

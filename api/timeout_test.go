@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/api"
 )
 
@@ -76,4 +77,35 @@ func TestRequestTimeout(t *testing.T) {
 	if r.header.Get("X-RateLimit-Limit") == "" || r.header.Get("X-Request-Id") == "" {
 		t.Fatalf("quick answer headers %v", r.header)
 	}
+}
+
+// blockingEnqueuer holds every Enqueue until released.
+type blockingEnqueuer struct {
+	webhookd.Enqueuer // nil: only Enqueue is called
+	called  chan struct{}
+	release chan struct{}
+}
+
+func (b *blockingEnqueuer) Enqueue(ctx context.Context, _ ...webhookd.ScheduledDelivery) error {
+	b.called <- struct{}{}
+	<-b.release
+	return nil
+}
+
+// TestAnswerDoesNotWaitForTheQueue: an accepted event is answered once it
+// commits; handing its deliveries to the queue happens after the answer
+// has reached the client (the request bound's buffer lets it through).
+func TestAnswerDoesNotWaitForTheQueue(t *testing.T) {
+	t.Parallel()
+	q := &blockingEnqueuer{called: make(chan struct{}, 1), release: make(chan struct{})}
+	h := newHarness(t, func(c *api.Config) { c.Enqueuer = q })
+	h.createEndpoint(map[string]any{"url": "http://127.0.0.1:9/hook"})
+	r := h.do(req{method: "POST", path: "/v1/events", body: `{"type":"a","data":1}`, idem: "k"})
+	expectStatus(t, r, http.StatusAccepted)
+	select {
+	case <-q.called: // the enqueue began, and is still held
+	case <-time.After(10 * time.Second):
+		t.Fatal("the deliveries were never enqueued")
+	}
+	close(q.release)
 }
