@@ -159,7 +159,7 @@ func TestReplayDeadLettersJob(t *testing.T) {
 	if !strings.HasPrefix(jobID, "job_") {
 		t.Fatalf("replay answered %s", r.body)
 	}
-	if got := rec.list(); got[len(got)-1] != "job "+jobID {
+	if got := h.enqueued(rec); got[len(got)-1] != "job "+jobID {
 		t.Fatalf("enqueued %v", got)
 	}
 	again := h.do(req{method: "POST", path: "/v1/dead-letters/replay", body: body, idem: "replay"})

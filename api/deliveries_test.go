@@ -283,7 +283,7 @@ func TestRedeliver(t *testing.T) {
 	for i, body := range []string{`{"now":true}`, `[]`, `"x"`, `{`} {
 		expectStatus(t, h.do(req{method: "POST", path: path, body: body, idem: fmt.Sprint("bad", i)}), http.StatusBadRequest)
 	}
-	before := len(rec.list())
+	before := len(h.enqueued(rec))
 
 	r = h.do(req{method: "POST", path: path, idem: "again"})
 	expectStatus(t, r, http.StatusAccepted)
@@ -298,27 +298,27 @@ func TestRedeliver(t *testing.T) {
 			t.Errorf("%s not null in %s", k, r.body)
 		}
 	}
-	if got := rec.list()[before:]; !slices.Equal(got, []string{"manual " + id + " api"}) {
+	if got := h.enqueued(rec)[before:]; !slices.Equal(got, []string{"manual " + id + " api"}) {
 		t.Fatalf("enqueued %v", got)
 	}
 
 	// The same key replays the answer and enqueues nothing more; {} is as good as empty.
 	rr := h.do(req{method: "POST", path: path, idem: "again"})
 	expectStatus(t, rr, http.StatusAccepted)
-	if rr.header.Get("Idempotent-Replayed") != "true" || len(rec.list()) != before+1 {
-		t.Fatalf("replay: %v %v", rr.header, rec.list())
+	if rr.header.Get("Idempotent-Replayed") != "true" || len(h.enqueued(rec)) != before+1 {
+		t.Fatalf("replay: %v %v", rr.header, h.enqueued(rec))
 	}
 	expectStatus(t, h.do(req{method: "POST", path: path, body: "{}", idem: "third"}), http.StatusAccepted)
-	if len(rec.list()) != before+2 {
-		t.Fatalf("enqueued %v", rec.list())
+	if len(h.enqueued(rec)) != before+2 {
+		t.Fatalf("enqueued %v", h.enqueued(rec))
 	}
 
 	other := h.newKey("other", storage.ProjectPlan{})
 	r = h.do(req{method: "POST", path: path, key: other, idem: "x"})
 	expectStatus(t, r, http.StatusNotFound)
 	expectStatus(t, h.do(req{method: "POST", path: "/v1/deliveries/dlv_nope/redeliver", idem: "y"}), http.StatusNotFound)
-	if len(rec.list()) != before+2 {
-		t.Fatalf("404s enqueued %v", rec.list())
+	if len(h.enqueued(rec)) != before+2 {
+		t.Fatalf("404s enqueued %v", h.enqueued(rec))
 	}
 
 	// A queue that cannot take the attempt does not lose it: the request is
@@ -344,15 +344,15 @@ func TestRedeliverToDisabledEndpoint(t *testing.T) {
 	h.deadLetter(ds[0])
 	path := "/v1/deliveries/" + ds[0] + "/redeliver"
 	expectStatus(t, h.do(req{method: "PATCH", path: "/v1/endpoints/" + ep, body: `{"status":"disabled"}`}), http.StatusOK)
-	before := len(rec.list())
+	before := len(h.enqueued(rec))
 	r := h.do(req{method: "POST", path: path, idem: "off"})
 	expectStatus(t, r, http.StatusConflict)
 	if r.errorCode(t) != "endpoint_disabled" {
 		t.Fatalf("redeliver to a disabled endpoint: %s", r.body)
 	}
 	pending, err := h.db.Store().PendingRedeliveries(context.Background(), "", 10)
-	if err != nil || len(pending) != 0 || len(rec.list()) != before {
-		t.Fatalf("a refused redelivery left %v pending (%v), enqueued %v", pending, err, rec.list()[before:])
+	if err != nil || len(pending) != 0 || len(h.enqueued(rec)) != before {
+		t.Fatalf("a refused redelivery left %v pending (%v), enqueued %v", pending, err, h.enqueued(rec)[before:])
 	}
 	expectStatus(t, h.do(req{method: "PATCH", path: "/v1/endpoints/" + ep, body: `{"status":"active"}`}), http.StatusOK)
 	expectStatus(t, h.do(req{method: "POST", path: path, idem: "on"}), http.StatusAccepted)
@@ -367,7 +367,7 @@ func TestTestEndpoint(t *testing.T) {
 	path := "/v1/endpoints/" + target + "/test"
 
 	for _, body := range []any{nil, "{}", `{"data":{"hello":"world"}}`} {
-		before := len(rec.list())
+		before := len(h.enqueued(rec))
 		r := h.do(req{method: "POST", path: path, body: body})
 		expectStatus(t, r, http.StatusAccepted)
 		d := r.json(t)
@@ -386,7 +386,7 @@ func TestTestEndpoint(t *testing.T) {
 			body != `{"data":{"hello":"world"}}` && data["message"] == nil {
 			t.Fatalf("%v: data %v", body, data)
 		}
-		if got := rec.list()[before:]; !slices.Equal(got, []string{"auto " + d["id"].(string)}) {
+		if got := h.enqueued(rec)[before:]; !slices.Equal(got, []string{"auto " + d["id"].(string)}) {
 			t.Fatalf("enqueued %v", got)
 		}
 	}

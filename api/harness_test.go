@@ -67,6 +67,7 @@ type harness struct {
 	registry *prometheus.Registry
 	srv      *httptest.Server
 	key      string // an API key of project "main"
+	apis     map[*httptest.Server]*api.Server
 }
 
 type option func(*api.Config)
@@ -100,6 +101,10 @@ func (h *harness) newServer(opts ...option) *httptest.Server {
 	h.t.Cleanup(s.Close)
 	srv := httptest.NewServer(s)
 	h.t.Cleanup(srv.Close)
+	if h.apis == nil {
+		h.apis = map[*httptest.Server]*api.Server{}
+	}
+	h.apis[srv] = s
 	return srv
 }
 
@@ -192,6 +197,15 @@ func (h *harness) do(r req) response {
 		h.t.Fatal(err)
 	}
 	return response{status: resp.StatusCode, header: resp.Header, body: raw}
+}
+
+// enqueued returns what rec was handed once every request answered so far
+// has finished what it does after its answer (the enqueue).
+func (h *harness) enqueued(rec *recorder) []string {
+	for _, s := range h.apis {
+		s.Wait()
+	}
+	return rec.list()
 }
 
 // count returns the number of rows of a table in the harness's schema.

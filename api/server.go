@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -137,6 +138,9 @@ type Server struct {
 	limiter *rateLimiter
 	// ingester commits event requests in groups; nil: each alone.
 	ingester *storage.Ingester
+	// work counts the requests whose handlers still run, including
+	// those answered already and still handing deliveries to the queue.
+	work sync.WaitGroup
 	keys     *keyCache
 	stop     context.CancelFunc // ends the key-revocation watch
 	mux      *http.ServeMux
@@ -176,6 +180,12 @@ func New(cfg Config) (*Server, error) {
 // Close stops the Server's background work (the watch for key
 // revocations announced by other processes).
 func (s *Server) Close() { s.stop() }
+
+// Wait blocks until the handlers of every request received so far have
+// returned, including what they do after the answer is sent (handing the
+// deliveries to the queue). A process stopping calls it once its listener
+// is shut down.
+func (s *Server) Wait() { s.work.Wait() }
 
 // ServeHTTP serves the API.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {

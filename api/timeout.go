@@ -65,7 +65,9 @@ func (s *Server) bounded(h http.Handler) (http.Handler, error) {
 		}
 		bw := &bufferedWriter{header: http.Header{}, flushed: make(chan struct{})}
 		done := make(chan any, 1)
+		s.work.Add(1)
 		go func() {
+			defer s.work.Done()
 			defer cancel()
 			defer func() { done <- recover() }()
 			h.ServeHTTP(bw, inner)

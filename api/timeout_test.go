@@ -82,8 +82,8 @@ func TestRequestTimeout(t *testing.T) {
 // blockingEnqueuer holds every Enqueue until released.
 type blockingEnqueuer struct {
 	webhookd.Enqueuer // nil: only Enqueue is called
-	called  chan struct{}
-	release chan struct{}
+	called            chan struct{}
+	release           chan struct{}
 }
 
 func (b *blockingEnqueuer) Enqueue(ctx context.Context, _ ...webhookd.ScheduledDelivery) error {

@@ -96,8 +96,10 @@ func (q *Queue) EnqueueCounting(ctx context.Context, ds ...webhookd.ScheduledDel
 }
 
 // enqueueParallelism bounds the enqueues of one Enqueue call in flight at
-// once (the Redis client's pool is 10 connections per CPU).
-const enqueueParallelism = 8
+// once. On a client that pipelines concurrent scripts
+// (internal/redisbatch) they travel together; on a plain one each takes a
+// connection of the pool (10 per CPU).
+const enqueueParallelism = 64
 
 // EnqueueManual schedules the redelivery requestID of a delivery now, beside
 // any automatic task it has. The request must be recorded in PostgreSQL

@@ -64,6 +64,7 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 		pc.ConnConfig.RuntimeParams["application_name"] = "webhookd " + cfg.SearchPath
 	}
 	pc.ConnConfig.RuntimeParams["timezone"] = "UTC"
+	pc.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("connect database: %w", err)

@@ -18,6 +18,7 @@ import (
 	"github.com/webhookd/webhookd/dashboard"
 	"github.com/webhookd/webhookd/deadletter"
 	"github.com/webhookd/webhookd/dispatcher"
+	"github.com/webhookd/webhookd/internal/redisbatch"
 	"github.com/webhookd/webhookd/internal/redisurl"
 	"github.com/webhookd/webhookd/storage"
 )
@@ -117,12 +118,15 @@ func (m *Main) Start(ctx context.Context, roles Roles) error {
 	if err != nil {
 		return fmt.Errorf("WEBHOOKD_RETRY_SCHEDULE: %w", err)
 	}
-	wcfg := dispatcher.Config{DB: m.DB, Redis: m.Redis, Schedule: schedule, Concurrency: m.Config.WorkerConcurrency,
+	wcfg := dispatcher.Config{DB: m.DB, Redis: redisbatch.Wrap(m.Redis), Schedule: schedule, Concurrency: m.Config.WorkerConcurrency,
 		EndpointMaxInFlight: m.Config.EndpointMaxInFlight, ReconcileInterval: m.Config.ReconcileInterval,
 		HTTP: dispatcher.HTTPConfig{ConnectTimeout: m.Config.ConnectTimeout, ResponseTimeout: m.Config.ResponseTimeout,
 			AllowPrivateNetworks: m.Config.AllowPrivateNetworks},
 		Retention: m.Config.Retention, Logger: m.Logger, Metrics: m.Registry}
-	m.Queue = dispatcher.NewQueue(m.Redis, wcfg.Queue, wcfg.WithDefaults().TaskTimeout())
+	// The API's limiter and every enqueue are Lua scripts: those of
+	// concurrent requests share one round trip.
+	batched := redisbatch.Wrap(m.Redis)
+	m.Queue = dispatcher.NewQueue(batched, wcfg.Queue, wcfg.WithDefaults().TaskTimeout())
 	if roles.Worker {
 		var deliverer *dispatcher.Deliverer
 		replayer := &deadletter.Replayer{DB: m.DB, Logger: m.Logger,
@@ -145,7 +149,7 @@ func (m *Main) Start(ctx context.Context, roles Roles) error {
 		if err != nil {
 			return err
 		}
-		srv, err := api.New(api.Config{DB: m.DB, Redis: m.Redis, Enqueuer: m.Queue, Logger: m.Logger, Metrics: m.Registry,
+		srv, err := api.New(api.Config{DB: m.DB, Redis: batched, Enqueuer: m.Queue, Logger: m.Logger, Metrics: m.Registry,
 			MaxPayloadBytes: m.Config.MaxPayloadBytes, MaxBatchBytes: m.Config.MaxBatchBytes,
 			AllowPrivateNetworks: m.Config.AllowPrivateNetworks, TrustedProxies: proxies,
 			RequestTimeout: m.Config.RequestTimeout})
@@ -206,6 +210,7 @@ func (m *Main) Shutdown(ctx context.Context) error {
 	}
 	m.servers = nil
 	if m.API != nil {
+		m.API.Wait() // answered requests still handing deliveries to the queue
 		m.API.Close()
 	}
 	if m.Worker != nil {
