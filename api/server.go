@@ -140,11 +140,11 @@ type Server struct {
 	ingester *storage.Ingester
 	// work counts the requests whose handlers still run, including
 	// those answered already and still handing deliveries to the queue.
-	work sync.WaitGroup
-	keys     *keyCache
-	stop     context.CancelFunc // ends the key-revocation watch
-	mux      *http.ServeMux
-	handler  http.Handler // mux, counted (metrics.go), bounded in time (timeout.go)
+	work    sync.WaitGroup
+	keys    *keyCache
+	stop    context.CancelFunc // ends the key-revocation watch
+	mux     *http.ServeMux
+	handler http.Handler // mux, counted (metrics.go), bounded in time (timeout.go)
 	// patterns are the routes registered, in order (for the test that
 	// holds them and the OpenAPI document together).
 	patterns []string
