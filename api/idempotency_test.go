@@ -3,6 +3,7 @@ package api_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -324,4 +325,41 @@ func pgWaiting(t *testing.T, h *harness) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// TestEventRequestsAloneOrGrouped: with event requests committed in groups
+// (the default) and each alone (IngestGroups -1), the same requests get
+// the same answers: an accepted event replayed byte for byte, a remembered
+// 4xx, a mismatch, and a batch.
+func TestEventRequestsAloneOrGrouped(t *testing.T) {
+	t.Parallel()
+	for _, groups := range []int{0, -1} {
+		t.Run(fmt.Sprintf("groups=%d", groups), func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, func(c *api.Config) { c.IngestGroups = groups })
+			h.createEndpoint(map[string]any{"url": "http://127.0.0.1:9/hook"})
+			first := h.do(req{method: "POST", path: "/v1/events", body: eventBody, idem: "a"})
+			expectStatus(t, first, http.StatusAccepted)
+			again := h.do(req{method: "POST", path: "/v1/events", body: eventBody, idem: "a"})
+			if again.header.Get("Idempotent-Replayed") != "true" || !bytes.Equal(first.body, again.body) {
+				t.Fatalf("replay: %v %s", again.header, again.body)
+			}
+			bad := `{"type":"a","data":1,"endpoint_ids":["ep_NOPE"]}`
+			r := h.do(req{method: "POST", path: "/v1/events", body: bad, idem: "bad"})
+			expectStatus(t, r, http.StatusBadRequest)
+			if r = h.do(req{method: "POST", path: "/v1/events", body: bad, idem: "bad"}); r.header.Get("Idempotent-Replayed") != "true" {
+				t.Fatalf("4xx not remembered: %v", r.header)
+			}
+			expectStatus(t, h.do(req{method: "POST", path: "/v1/events", body: bad, idem: "a"}), http.StatusUnprocessableEntity)
+			batch := `{"events":[{"type":"a","data":1},{"type":"b","data":2}]}`
+			r = h.do(req{method: "POST", path: "/v1/events/batch", body: batch, idem: "batch"})
+			expectStatus(t, r, http.StatusAccepted)
+			if n := len(r.json(t)["data"].([]any)); n != 2 {
+				t.Fatalf("batch answered %d events", n)
+			}
+			if e, d := h.count("events"), h.count("deliveries"); e != 3 || d != 3 {
+				t.Fatalf("%d events and %d deliveries, want 3 and 3", e, d)
+			}
+		})
+	}
 }
