@@ -20,7 +20,7 @@ FUZZ_TARGETS ?= ./api:FuzzEvents ./api:FuzzEventBatch ./api:FuzzEndpointCreate .
 # small enough for CI on 2 cores; make bench uses the tool's full defaults.
 BENCH_TOOL        ?= bin/webhookd-bench
 BENCH_SMOKE_FLAGS ?= -runs 1 -ceiling-tasks 5000 -burst-events 1000 -slow-deliveries 2000 \
-	-noisy-duration 5s -steady-duration 5s -scheduled-count 20000 -ingest-events 2000 \
+	-noisy-duration 5s -steady-duration 5s -scheduled-count 20000 -ingest-events 2000 -redis-down-events 500 \
 	-ingest-batch-events 10000 -stall-timeout 10s -max-wait 1m
 # templ is used only once go.mod declares it as a tool
 # (go get -tool github.com/a-h/templ/cmd/templ@v0.3.1100).

@@ -46,6 +46,7 @@ type Options struct {
 	IngestBatchEvents  int // -ingest-batch-events; 50000
 	IngestBatchSize    int // -ingest-batch-size; 1000
 	IngestBatchClients int // -ingest-batch-clients; 4
+	RedisDownEvents    int // -redis-down-events; 5000
 
 	MaxInFlight       int // -max-in-flight; 100 (burst and steady endpoints; 0: never sent)
 	WorkerConcurrency int // -worker-concurrency; 0: webhookd's default
@@ -58,7 +59,7 @@ type Options struct {
 const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 
 // scenarioNames lists every scenario in the order they run.
-var scenarioNames = []string{"burst", "slow", "noisy", "steady", "scheduled", "ingest", "ingest-batch"}
+var scenarioNames = []string{"burst", "slow", "noisy", "steady", "scheduled", "ingest", "ingest-batch", "ingest-redis-down"}
 
 // bind registers every option on fs with its default.
 func (o *Options) bind(fs *flag.FlagSet) {
@@ -88,6 +89,7 @@ func (o *Options) bind(fs *flag.FlagSet) {
 	fs.IntVar(&o.IngestBatchEvents, "ingest-batch-events", 50000, "ingest-batch: events")
 	fs.IntVar(&o.IngestBatchSize, "ingest-batch-size", 1000, "ingest-batch: events per batch request")
 	fs.IntVar(&o.IngestBatchClients, "ingest-batch-clients", 4, "ingest-batch: concurrent clients")
+	fs.IntVar(&o.RedisDownEvents, "redis-down-events", 5000, "ingest-redis-down: events posted while Redis is down")
 	fs.IntVar(&o.MaxInFlight, "max-in-flight", 100,
 		"max_in_flight sent for the burst and steady endpoints, so the per-endpoint cap is not what they measure (0: not sent)")
 	fs.IntVar(&o.WorkerConcurrency, "worker-concurrency", 0, "WEBHOOKD_WORKER_CONCURRENCY for every run (0: webhookd's default)")
@@ -119,7 +121,8 @@ func (o *Options) Validate() error {
 		"-slow-endpoints": o.SlowEndpoints, "-noisy-hang-events": o.NoisyHangEvents, "-noisy-rate": o.NoisyRate,
 		"-steady-rate": o.SteadyRate, "-scheduled-count": o.ScheduledCount,
 		"-ingest-events": o.IngestEvents, "-ingest-clients": o.IngestClients, "-ingest-batch-events": o.IngestBatchEvents,
-		"-ingest-batch-size": o.IngestBatchSize, "-ingest-batch-clients": o.IngestBatchClients}
+		"-ingest-batch-size": o.IngestBatchSize, "-ingest-batch-clients": o.IngestBatchClients,
+		"-redis-down-events": o.RedisDownEvents}
 	for name, v := range positive {
 		if v < 1 {
 			return fmt.Errorf("%s must be at least 1", name)

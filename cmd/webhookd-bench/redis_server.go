@@ -20,6 +20,8 @@ type redisServer struct {
 	Client *redis.Client
 	cmd    *exec.Cmd
 	done   chan struct{}
+	port   int
+	dir    string
 }
 
 // startRedis starts redis-server in dir and waits until it answers PING.
@@ -28,22 +30,35 @@ func startRedis(ctx context.Context, dir string) (*redisServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", dir,
-		"--logfile", filepath.Join(dir, "redis.log"), "--maxmemory-policy", "noeviction")
-	cmd.SysProcAttr = childAttrs()
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start redis-server: %w", err)
-	}
-	s := &redisServer{URL: fmt.Sprintf("redis://127.0.0.1:%d/0", port), cmd: cmd, done: make(chan struct{})}
-	go func() { cmd.Wait(); close(s.done) }()
-	s.Client = redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port), PoolSize: 64})
-	if err := s.waitReady(ctx); err != nil {
-		s.Stop()
+	s := &redisServer{URL: fmt.Sprintf("redis://127.0.0.1:%d/0", port), port: port, dir: dir}
+	if err := s.start(ctx); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
+
+// start runs the server process on s's port and waits until it answers.
+func (s *redisServer) start(ctx context.Context) error {
+	cmd := exec.Command("redis-server", "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", s.dir,
+		"--logfile", filepath.Join(s.dir, "redis.log"), "--maxmemory-policy", "noeviction")
+	cmd.SysProcAttr = childAttrs()
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start redis-server: %w", err)
+	}
+	s.cmd, s.done = cmd, make(chan struct{})
+	go func(done chan struct{}) { cmd.Wait(); close(done) }(s.done)
+	s.Client = redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", s.port), PoolSize: 64})
+	if err := s.waitReady(ctx); err != nil {
+		s.Stop()
+		return err
+	}
+	return nil
+}
+
+// Restart starts a stopped server again on the same port, empty (it keeps
+// nothing on disk): as if Redis had been lost and replaced.
+func (s *redisServer) Restart(ctx context.Context) error { return s.start(ctx) }
 
 // waitReady polls PING until it answers, the process exits, or 10 s pass.
 func (s *redisServer) waitReady(ctx context.Context) error {

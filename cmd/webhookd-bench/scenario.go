@@ -21,11 +21,12 @@ type result struct {
 
 // scenarios are all of them, by name.
 var scenarios = map[string]scenario{
-	"burst":        burstScenario,
-	"slow":         slowScenario,
-	"noisy":        noisyScenario,
-	"steady":       steadyScenario,
-	"scheduled":    scheduledScenario,
-	"ingest":       ingestScenario,
-	"ingest-batch": ingestBatchScenario,
+	"burst":             burstScenario,
+	"slow":              slowScenario,
+	"noisy":             noisyScenario,
+	"steady":            steadyScenario,
+	"scheduled":         scheduledScenario,
+	"ingest":            ingestScenario,
+	"ingest-batch":      ingestBatchScenario,
+	"ingest-redis-down": ingestRedisDownScenario,
 }

@@ -42,19 +42,99 @@ func runIngest(ctx context.Context, o *Options, seq int) (result, error) {
 		return result{}, err
 	}
 	defer s.Close()
-	next := make(chan int, o.IngestEvents)
-	for i := range o.IngestEvents {
+	rate, took, err := postSingles(ctx, p, o.IngestEvents, o.IngestClients)
+	if err != nil {
+		return result{}, err
+	}
+	if err := waitDelivered(ctx, s.recv, p.targets, p.ledger.Expected(), o.StallTimeout, o.MaxWait); err != nil {
+		return result{}, err
+	}
+	st := p.ledger.Stats(s.recv)
+	common, err := s.common(st, info)
+	if err != nil {
+		return result{}, err
+	}
+	figs := []figure{
+		{Name: "POSTs/s", Unit: perSecond, Value: rate, Target: atLeast(3000, perSecond), Throughput: true},
+		{Name: "request p50", Unit: milliseconds, Value: percentile(took, 0.50), Target: info},
+		{Name: "request p99", Unit: milliseconds, Value: percentile(took, 0.99), Target: below(25, milliseconds)},
+		{Name: "deliveries/s", Unit: perSecond, Value: st.Rate(), Target: info, Throughput: true},
+	}
+	return result{Figures: append(figs, common...), Notes: []string{note}}, nil
+}
+
+// ingestRedisDownScenario: single-event POSTs while Redis is gone, then
+// Redis back, empty: the events are accepted all the same, and the
+// reconciler hands their deliveries to the new Redis.
+var ingestRedisDownScenario = scenario{
+	Name: "ingest-redis-down",
+	Title: func(o *Options) string {
+		return fmt.Sprintf("one instant endpoint on type bench.ingest; Redis stopped, then %s events, one per POST with an "+
+			"Idempotency-Key, from %d clients; then Redis started again, empty; POSTs/s and request latency while "+
+			"Redis is down, and how long after its return the last delivery arrives (the reconciler, every %s, "+
+			"hands over deliveries overdue by %s, its grace for their own tasks)", thousands(float64(o.RedisDownEvents)),
+			o.IngestClients, reconcileInterval, reconcileGrace)
+	},
+	Run: runIngestRedisDown,
+}
+
+// webhookd's defaults: WEBHOOKD_RECONCILE_INTERVAL and
+// dispatcher.DefaultReconcileGrace.
+const (
+	reconcileInterval = 5 * time.Second
+	reconcileGrace    = 10 * time.Second
+)
+
+func runIngestRedisDown(ctx context.Context, o *Options, seq int) (result, error) {
+	s, p, note, err := startIngest(ctx, o, seq)
+	if err != nil {
+		return result{}, err
+	}
+	defer s.Close()
+	s.redis.Stop()
+	rate, took, err := postSingles(ctx, p, o.RedisDownEvents, o.IngestClients)
+	if err != nil {
+		return result{}, err
+	}
+	if err := s.redis.Restart(ctx); err != nil {
+		return result{}, err
+	}
+	back := time.Now()
+	if err := waitDelivered(ctx, s.recv, p.targets, p.ledger.Expected(), o.StallTimeout, o.MaxWait); err != nil {
+		return result{}, err
+	}
+	handover := time.Since(back)
+	st := p.ledger.Stats(s.recv)
+	common, err := s.common(st, info)
+	if err != nil {
+		return result{}, err
+	}
+	figs := []figure{
+		{Name: "POSTs/s, Redis down", Unit: perSecond, Value: rate, Target: info, Throughput: true},
+		{Name: "request p50", Unit: milliseconds, Value: percentile(took, 0.50), Target: info},
+		{Name: "request p99", Unit: milliseconds, Value: percentile(took, 0.99), Target: info},
+		{Name: "last delivery after Redis returned", Unit: seconds, Value: handover.Seconds(), Target: info},
+	}
+	return result{Figures: append(figs, common...), Notes: []string{note}}, nil
+}
+
+// postSingles posts events 0..n-1, one per POST, from clients at once as
+// fast as the API answers, and returns POSTs/s over the posting and each
+// request's latency (ms, sorted).
+func postSingles(ctx context.Context, p poster, n, clients int) (float64, []float64, error) {
+	next := make(chan int, n)
+	for i := range n {
 		next <- i
 	}
 	close(next)
 	var (
 		accepted atomic.Int64
 		mu       sync.Mutex
-		took     []float64 // request latency, ms
+		took     []float64
 	)
 	g, gctx := errgroup.WithContext(ctx)
 	start := time.Now()
-	for range o.IngestClients {
+	for range clients {
 		g.Go(func() error {
 			var mine []float64
 			defer func() { mu.Lock(); took = append(took, mine...); mu.Unlock() }()
@@ -76,25 +156,11 @@ func runIngest(ctx context.Context, o *Options, seq int) (result, error) {
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return result{}, err
+		return 0, nil, err
 	}
 	posting := time.Since(start)
-	if err := waitDelivered(ctx, s.recv, p.targets, p.ledger.Expected(), o.StallTimeout, o.MaxWait); err != nil {
-		return result{}, err
-	}
-	st := p.ledger.Stats(s.recv)
-	common, err := s.common(st, info)
-	if err != nil {
-		return result{}, err
-	}
 	slices.Sort(took)
-	figs := []figure{
-		{Name: "POSTs/s", Unit: perSecond, Value: float64(accepted.Load()) / posting.Seconds(), Target: atLeast(3000, perSecond), Throughput: true},
-		{Name: "request p50", Unit: milliseconds, Value: percentile(took, 0.50), Target: info},
-		{Name: "request p99", Unit: milliseconds, Value: percentile(took, 0.99), Target: below(25, milliseconds)},
-		{Name: "deliveries/s", Unit: perSecond, Value: st.Rate(), Target: info, Throughput: true},
-	}
-	return result{Figures: append(figs, common...), Notes: []string{note}}, nil
+	return float64(accepted.Load()) / posting.Seconds(), took, nil
 }
 
 func runIngestBatch(ctx context.Context, o *Options, seq int) (result, error) {
