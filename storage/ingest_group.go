@@ -275,8 +275,9 @@ func (g *Ingester) commit(ctx context.Context, group []*ingestCall) error {
 		rows                               deliveryRows
 		stored                             struct {
 			projects, keys, types []string
+			fps, bodies           [][]byte
+			created, expires      []time.Time
 			codes                 []int32
-			bodies                [][]byte
 		}
 		released struct{ projects, keys []string }
 		inGroup  = map[ikey]bool{} // external ids this group writes
@@ -341,6 +342,8 @@ func (g *Ingester) commit(ctx context.Context, group []*ingestCall) error {
 		stored.projects, stored.keys = append(stored.projects, p), append(stored.keys, c.k.key)
 		stored.codes, stored.types = append(stored.codes, int32(resp.StatusCode)), append(stored.types, resp.ContentType)
 		stored.bodies = append(stored.bodies, g.db.box.seal(resp.Body)) // it may hold a secret
+		stored.fps, stored.created = append(stored.fps, c.req.Key.Fingerprint[:]), append(stored.created, c.req.Now)
+		stored.expires = append(stored.expires, c.req.Now.Add(c.req.Key.TTL))
 	}
 
 	b = &pgx.Batch{}
@@ -354,10 +357,16 @@ func (g *Ingester) commit(ctx context.Context, group []*ingestCall) error {
 		b.Queue(insertDeliveries, rows.args()...)
 	}
 	if len(stored.keys) > 0 {
-		b.Queue(`UPDATE idempotency_records r SET status_code = t.code, content_type = t.ct, response_body = t.body
-			FROM unnest($1::text[], $2::text[], $3::int4[], $4::text[], $5::bytea[]) AS t(prj, key, code, ct, body)
-			WHERE r.project_id = t.prj AND r.key = t.key`,
-			stored.projects, stored.keys, stored.codes, stored.types, stored.bodies)
+		// The records are this transaction's own (claimed above): each row
+		// finds its record through the key's index, with no join for the
+		// planner to get wrong while the table is young and unanalyzed.
+		b.Queue(`INSERT INTO idempotency_records (project_id, key, fingerprint, created_at, expires_at,
+				status_code, content_type, response_body)
+			SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::timestamptz[], $5::timestamptz[],
+				$6::int4[], $7::text[], $8::bytea[])
+			ON CONFLICT (project_id, key) DO UPDATE SET status_code = EXCLUDED.status_code,
+				content_type = EXCLUDED.content_type, response_body = EXCLUDED.response_body`,
+			stored.projects, stored.keys, stored.fps, stored.created, stored.expires, stored.codes, stored.types, stored.bodies)
 	}
 	if len(released.keys) > 0 {
 		b.Queue(`DELETE FROM idempotency_records r USING unnest($1::text[], $2::text[]) AS t(prj, key)
