@@ -36,42 +36,59 @@ func (s *Store) Purge(ctx context.Context, cutoff, now time.Time, batch int) (Pu
 	var err error
 	// The conditions are repeated outside the subquery so that a delivery
 	// leased or redelivered meanwhile is rechecked on its new row and kept.
-	if p.Deliveries, err = s.purgeBatches(ctx, "deliveries", `DELETE FROM deliveries WHERE id IN (
-			SELECT id FROM deliveries WHERE created_at < $1 AND next_attempt_at IS NULL
-				AND manual_request_id IS NULL AND lease_owner IS NULL
-			ORDER BY created_at LIMIT $2)
-		AND next_attempt_at IS NULL AND manual_request_id IS NULL AND lease_owner IS NULL`, cutoff, batch); err != nil {
+	// A delivery's attempts go with it (attempts keep no foreign key: its
+	// check on every recorded attempt cost more than the attempt's own
+	// write). A delivery is purged only while no lease is on it, so no
+	// attempt of it can be recorded meanwhile.
+	if p.Deliveries, err = s.purgeBatches(ctx, "deliveries", `WITH gone AS (
+			DELETE FROM deliveries WHERE id IN (
+				SELECT id FROM deliveries WHERE created_at < $1 AND next_attempt_at IS NULL
+					AND manual_request_id IS NULL AND lease_owner IS NULL
+				ORDER BY created_at LIMIT $2)
+			AND next_attempt_at IS NULL AND manual_request_id IS NULL AND lease_owner IS NULL
+			RETURNING id
+		), attempts_gone AS (
+			DELETE FROM attempts WHERE delivery_id IN (SELECT id FROM gone)
+		)
+		SELECT count(*) FROM gone`, cutoff, batch); err != nil {
 		return p, err
 	}
 	// New deliveries are only ever made with a new event, so an old event
 	// with none left keeps none.
-	if p.Events, err = s.purgeBatches(ctx, "events", `DELETE FROM events WHERE id IN (
-			SELECT e.id FROM events e WHERE e.created_at < $1
-				AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id)
-			ORDER BY e.created_at LIMIT $2)`, cutoff, batch); err != nil {
+	if p.Events, err = s.purgeBatches(ctx, "events", `WITH gone AS (
+			DELETE FROM events WHERE id IN (
+				SELECT e.id FROM events e WHERE e.created_at < $1
+					AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id)
+				ORDER BY e.created_at LIMIT $2)
+			RETURNING 1
+		) SELECT count(*) FROM gone`, cutoff, batch); err != nil {
 		return p, err
 	}
-	p.IdempotencyRecords, err = s.purgeBatches(ctx, "idempotency records", `DELETE FROM idempotency_records
-		WHERE (project_id, key) IN (SELECT project_id, key FROM idempotency_records WHERE expires_at <= $1
-			ORDER BY expires_at LIMIT $2)
-		AND expires_at <= $1`, now, batch)
+	p.IdempotencyRecords, err = s.purgeBatches(ctx, "idempotency records", `WITH gone AS (
+			DELETE FROM idempotency_records
+			WHERE (project_id, key) IN (SELECT project_id, key FROM idempotency_records WHERE expires_at <= $1
+				ORDER BY expires_at LIMIT $2)
+			AND expires_at <= $1
+			RETURNING 1
+		) SELECT count(*) FROM gone`, now, batch)
 	return p, err
 }
 
-// purgeBatches runs query (a DELETE of at most $2 rows selected by $1)
-// until it deletes fewer than batch rows, and returns how many went.
+// purgeBatches runs query (a DELETE of at most $2 rows selected by $1,
+// answering how many it deleted) until it deletes fewer than batch rows,
+// and returns how many went.
 func (s *Store) purgeBatches(ctx context.Context, what, query string, before time.Time, batch int) (int64, error) {
 	var total int64
 	for {
 		if err := ctx.Err(); err != nil {
 			return total, err
 		}
-		tag, err := s.q.Exec(ctx, query, before, batch)
-		if err != nil {
+		var n int64
+		if err := s.q.QueryRow(ctx, query, before, batch).Scan(&n); err != nil {
 			return total, fmt.Errorf("purge %s: %w", what, err)
 		}
-		total += tag.RowsAffected()
-		if tag.RowsAffected() < int64(batch) {
+		total += n
+		if n < int64(batch) {
 			return total, nil
 		}
 	}
