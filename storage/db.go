@@ -64,11 +64,6 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 		pc.ConnConfig.RuntimeParams["application_name"] = "webhookd " + cfg.SearchPath
 	}
 	pc.ConnConfig.RuntimeParams["timezone"] = "UTC"
-	// A prepared statement's generic plan, cached while a table was
-	// small (a fresh install: autovacuum has not analyzed it yet), keeps
-	// scanning it whole as it grows; a plan per execution sees its size.
-	// The hot statements are few and batched, so planning each is cheap.
-	pc.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("connect database: %w", err)

@@ -202,7 +202,14 @@ func (db *DB) RecordAttempts(ctx context.Context, rs []Record) ([]bool, error) {
 			dlOps[i] = "replayed"
 		}
 	}
-	rows, err := db.pool.Query(ctx, `WITH r AS (
+	// This statement joins its rows to deliveries by id. A generic plan,
+	// made while the table was young and not yet analyzed, would scan the
+	// whole table on every run as it grows: it is planned each time (the
+	// setting lasts for this batch's implicit transaction).
+	b := &pgx.Batch{}
+	b.Queue(`SELECT set_config('plan_cache_mode', 'force_custom_plan', true)`)
+	var applied []string
+	b.Queue(`WITH r AS (
 			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int4[], $5::int4[], $6::timestamptz[],
 				$7::int4[], $8::text[], $9::bool[], $10::text[], $11::text[], $12::text[], $13::text[], $14::bool[],
 				$15::timestamptz[], $16::int4[], $17::text[], $18::text[], $19::text[], $20::int8[], $21::timestamptz[],
@@ -245,12 +252,11 @@ func (db *DB) RecordAttempts(ctx context.Context, rs []Record) ([]bool, error) {
 		)
 		SELECT id FROM u`,
 		ids, tokens, statuses, counts, autos, nexts, codes, errTexts, manualDone, dlOps, dlIDs, dlReasons, replayedBy, disable,
-		nows, aNumbers, aReqIDs, aURLs, aTriggers, aDurations, aStarted, aReqH, aRespH, aBodies)
-	if err != nil {
-		return nil, fmt.Errorf("record attempts: %w", err)
-	}
-	applied, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
+		nows, aNumbers, aReqIDs, aURLs, aTriggers, aDurations, aStarted, aReqH, aRespH, aBodies).Query(func(rows pgx.Rows) (err error) {
+		applied, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	})
+	if err := db.pool.SendBatch(ctx, b).Close(); err != nil {
 		return nil, fmt.Errorf("record attempts: %w", err)
 	}
 	done := make(map[string]bool, len(applied))
