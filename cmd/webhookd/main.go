@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -51,9 +52,25 @@ Run "webhookd <command> -h" for the flags of a command; every flag also has a
 WEBHOOKD_* environment variable (see README.md).
 `
 
+// tuneGC sets the collector for a small live heap under a high
+// allocation rate (every request and attempt allocates; little of it
+// lives on): at Go's default GOGC=100 collection took about 8 % of the
+// CPU at 2,000 events/s. Unless GOGC or GOMEMLIMIT say otherwise, the heap
+// may grow to 4× what is live before a collection, within a soft limit of
+// 128 MiB past which the collector works harder instead.
+func tuneGC(getenv func(string) string) {
+	if getenv("GOGC") == "" {
+		debug.SetGCPercent(300)
+	}
+	if getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(128 << 20)
+	}
+}
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	tuneGC(os.Getenv)
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
 		if errors.Is(err, errSendFailed) { // it said why on stderr
 			os.Exit(1)
