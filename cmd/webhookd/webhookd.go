@@ -118,14 +118,14 @@ func (m *Main) Start(ctx context.Context, roles Roles) error {
 	if err != nil {
 		return fmt.Errorf("WEBHOOKD_RETRY_SCHEDULE: %w", err)
 	}
-	wcfg := dispatcher.Config{DB: m.DB, Redis: redisbatch.Wrap(m.Redis), Schedule: schedule, Concurrency: m.Config.WorkerConcurrency,
+	// The limiter, every enqueue and asynq's own calls are Lua scripts:
+	// those of concurrent callers share one round trip.
+	batched := redisbatch.Wrap(m.Redis)
+	wcfg := dispatcher.Config{DB: m.DB, Redis: batched, Schedule: schedule, Concurrency: m.Config.WorkerConcurrency,
 		EndpointMaxInFlight: m.Config.EndpointMaxInFlight, ReconcileInterval: m.Config.ReconcileInterval,
 		HTTP: dispatcher.HTTPConfig{ConnectTimeout: m.Config.ConnectTimeout, ResponseTimeout: m.Config.ResponseTimeout,
 			AllowPrivateNetworks: m.Config.AllowPrivateNetworks},
 		Retention: m.Config.Retention, Logger: m.Logger, Metrics: m.Registry}
-	// The API's limiter and every enqueue are Lua scripts: those of
-	// concurrent requests share one round trip.
-	batched := redisbatch.Wrap(m.Redis)
 	m.Queue = dispatcher.NewQueue(batched, wcfg.Queue, wcfg.WithDefaults().TaskTimeout())
 	if roles.Worker {
 		var deliverer *dispatcher.Deliverer
