@@ -111,12 +111,7 @@ func matchAndInsert(ctx context.Context, tx pgx.Tx, projectID string, evs []NewE
 	}
 	b := &pgx.Batch{}
 	var eps []endpointMatch
-	// Only the endpoints that can match are read: those listed by id, and
-	// the active ones subscribed to one of the batch's types or to all.
-	b.Queue(`SELECT project_id, id, event_types, status = 'active' FROM endpoints
-		WHERE project_id = $1 AND deleted_at IS NULL
-		AND (id = ANY($2) OR status = 'active' AND (event_types = '{}' OR event_types && $3::text[]))
-		ORDER BY id`, projectID, listed, types).Query(func(rows pgx.Rows) (err error) {
+	b.Queue(matchCandidates, []string{projectID}, listed, types).Query(func(rows pgx.Rows) (err error) {
 		eps, err = collectEndpointMatches(rows)
 		return err
 	})

@@ -9,3 +9,10 @@ func PendingIngests(g *Ingester) int {
 	defer g.mu.Unlock()
 	return len(g.pending)
 }
+
+// Groups returns how many groups g has run.
+func Groups(g *Ingester) int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.groups
+}

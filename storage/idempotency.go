@@ -102,14 +102,8 @@ func (db *DB) tryIdempotent(ctx context.Context, k IdempotencyKey, now time.Time
 	claim := &pgx.Batch{}
 	claim.Queue("BEGIN")
 	claim.Queue(fmt.Sprintf("SET LOCAL lock_timeout = %d", max(lockWait.Milliseconds(), 1)))
-	claim.Queue(`
-		INSERT INTO idempotency_records (project_id, key, fingerprint, created_at, expires_at)
-		VALUES ($1, $2, $3, $4, $5)
-		ON CONFLICT (project_id, key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint,
-			status_code = NULL, content_type = NULL, response_body = NULL,
-			created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
-		WHERE idempotency_records.expires_at <= EXCLUDED.created_at
-		RETURNING true`, k.ProjectID, k.Key, k.Fingerprint[:], now, now.Add(k.TTL))
+	claim.Queue(claimKeys, []string{k.ProjectID}, []string{k.Key}, [][]byte{k.Fingerprint[:]},
+		[]time.Time{now}, []time.Time{now.Add(k.TTL)})
 	claim.Queue("SET LOCAL lock_timeout = 0")
 	claim.Queue("SAVEPOINT work")
 	tx.prefix = claim
@@ -120,10 +114,13 @@ func (db *DB) tryIdempotent(ctx context.Context, k IdempotencyKey, now time.Time
 		if _, err := br.Exec(); err != nil {
 			return err
 		}
-		switch err := br.QueryRow().Scan(&mine); {
+		var project, key string
+		switch err := br.QueryRow().Scan(&project, &key); {
 		case errors.Is(err, pgx.ErrNoRows): // someone else's record; the rest runs in vain
 		case err != nil:
 			return err
+		default:
+			mine = true
 		}
 		if _, err := br.Exec(); err != nil {
 			return err

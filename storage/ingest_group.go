@@ -47,17 +47,11 @@ type Ingester struct {
 	pending []*ingestCall
 	running int
 	keys    map[ikey]chan struct{} // keys in a group now; closed when it ends
-	groups  int64                  // groups run (guarded by mu)
+	groups  int64                  // groups run (guarded by mu; for tests)
 
 	beforeGroup func(n int) // tests: called as a group of n begins
 }
 
-// Groups returns how many groups have run.
-func (g *Ingester) Groups() int64 {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.groups
-}
 
 // NewIngester returns an Ingester running at most parallel groups at once.
 func (db *DB) NewIngester(parallel int) *Ingester {
@@ -78,6 +72,28 @@ type ingestCall struct {
 	// group when the caller left.
 	finished, abandoned bool
 }
+
+// claimKeys claims idempotency keys ($1 projects, $2 keys, $3
+// fingerprints, $4 created, $5 expiry): a new key, or one whose record has
+// expired, is claimed and returned; a live record is left alone. A key a
+// running request holds waits for that request's row lock.
+const claimKeys = `
+	INSERT INTO idempotency_records (project_id, key, fingerprint, created_at, expires_at)
+	SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::timestamptz[], $5::timestamptz[])
+	ON CONFLICT (project_id, key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint,
+		status_code = NULL, content_type = NULL, response_body = NULL,
+		created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
+	WHERE idempotency_records.expires_at <= EXCLUDED.created_at
+	RETURNING project_id, key`
+
+// matchCandidates reads the endpoints of projects $1 that events can go
+// to: those listed by id ($2), and the active ones subscribed to one of
+// the types $3 or to all (collectEndpointMatches reads the rows).
+const matchCandidates = `
+	SELECT project_id, id, event_types, status = 'active' FROM endpoints
+	WHERE project_id = ANY($1) AND deleted_at IS NULL
+	AND (id = ANY($2) OR status = 'active' AND (event_types = '{}' OR event_types && $3::text[]))
+	ORDER BY project_id, id`
 
 // groupTimeout bounds one group's transaction.
 const groupTimeout = 10 * time.Second
@@ -235,22 +251,12 @@ func (g *Ingester) commit(ctx context.Context, group []*ingestCall) error {
 	// these external ids, holds its row only briefly; past this the
 	// group gives up and its requests run alone.
 	b.Queue("SET LOCAL lock_timeout = 200")
-	b.Queue(`
-		INSERT INTO idempotency_records (project_id, key, fingerprint, created_at, expires_at)
-		SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::timestamptz[], $5::timestamptz[])
-		ON CONFLICT (project_id, key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint,
-			status_code = NULL, content_type = NULL, response_body = NULL,
-			created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
-		WHERE idempotency_records.expires_at <= EXCLUDED.created_at
-		RETURNING project_id, key`, projects, keys, fps, created, expires).Query(func(rows pgx.Rows) error {
+	b.Queue(claimKeys, projects, keys, fps, created, expires).Query(func(rows pgx.Rows) error {
 		var k ikey
 		_, err := pgx.ForEachRow(rows, []any{&k.project, &k.key}, func() error { claimed[k] = true; return nil })
 		return err
 	})
-	b.Queue(`SELECT project_id, id, event_types, status = 'active' FROM endpoints
-		WHERE project_id = ANY($1) AND deleted_at IS NULL
-		AND (id = ANY($2) OR status = 'active' AND (event_types = '{}' OR event_types && $3::text[]))
-		ORDER BY project_id, id`, candidateProjects, listed, types).Query(func(rows pgx.Rows) (err error) {
+	b.Queue(matchCandidates, candidateProjects, listed, types).Query(func(rows pgx.Rows) (err error) {
 		eps, err = collectEndpointMatches(rows)
 		return err
 	})

@@ -67,7 +67,7 @@ func groupOf(t *testing.T, db *storage.DB, reqs []storage.IngestRequest) (*stora
 		out[i] = ingestOutcome{resp, evs, err}
 	}
 	wg.Go(func() { run(0) })
-	within(t, 5*time.Second, func() bool { return g.Groups() == 1 })
+	within(t, 5*time.Second, func() bool { return storage.Groups(g) == 1 })
 	for i := 1; i < len(reqs); i++ {
 		wg.Go(func() { run(i) })
 	}
@@ -136,7 +136,7 @@ func TestIngesterCommitsAGroupTogether(t *testing.T) {
 	reqs = append(reqs, ingestRequest(p, "taken", storage.NewEvent{Type: "a", Data: json.RawMessage("1"), ExternalID: &taken}))
 
 	g, out := groupOf(t, db, reqs)
-	if got := g.Groups(); got != 2 {
+	if got := storage.Groups(g); got != 2 {
 		t.Fatalf("%d groups, want 2", got)
 	}
 	for i, o := range out[:11] {
