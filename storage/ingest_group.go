@@ -52,7 +52,6 @@ type Ingester struct {
 	beforeGroup func(n int) // tests: called as a group of n begins
 }
 
-
 // NewIngester returns an Ingester running at most parallel groups at once.
 func (db *DB) NewIngester(parallel int) *Ingester {
 	return &Ingester{db: db, parallel: max(parallel, 1), maxEvents: 2000, keys: map[ikey]chan struct{}{}}
