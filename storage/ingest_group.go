@@ -250,6 +250,7 @@ func (g *Ingester) commit(ctx context.Context, group []*ingestCall) error {
 	// these external ids, holds its row only briefly; past this the
 	// group gives up and its requests run alone.
 	b.Queue("SET LOCAL lock_timeout = 200")
+	b.Queue(planSettings)
 	b.Queue(claimKeys, projects, keys, fps, created, expires).Query(func(rows pgx.Rows) error {
 		var k ikey
 		_, err := pgx.ForEachRow(rows, []any{&k.project, &k.key}, func() error { claimed[k] = true; return nil })
