@@ -64,12 +64,40 @@ func (s *Server) bounded(h http.Handler) (http.Handler, error) {
 			}
 		}
 		bw := &bufferedWriter{header: http.Header{}, flushed: make(chan struct{})}
-		done := make(chan any, 1)
+		// done hands h's panic (or nil) to this goroutine while it waits;
+		// once it has stopped waiting (answered, timed out, client gone),
+		// h's goroutine logs a late panic itself.
+		var (
+			done    = make(chan any, 1)
+			mu      sync.Mutex
+			waiting = true
+		)
+		stopWaiting := func(why string) {
+			mu.Lock()
+			waiting = false
+			mu.Unlock()
+			select {
+			case p := <-done: // h finished just now
+				if p != nil && p != http.ErrAbortHandler {
+					s.log.Error("api handler panicked "+why, "request_id", id, "panic", p)
+				}
+			default:
+			}
+		}
 		s.work.Add(1)
 		go func() {
 			defer s.work.Done()
 			defer cancel()
-			defer func() { done <- recover() }()
+			defer func() {
+				p := recover()
+				mu.Lock()
+				defer mu.Unlock()
+				if waiting {
+					done <- p
+				} else if p != nil && p != http.ErrAbortHandler {
+					s.log.Error("api handler panicked after its answer", "request_id", id, "panic", p)
+				}
+			}()
 			h.ServeHTTP(bw, inner)
 		}()
 		select {
@@ -80,11 +108,7 @@ func (s *Server) bounded(h http.Handler) (http.Handler, error) {
 			bw.copyTo(w)
 		case <-bw.flushed: // answered; h goes on with work the client need not wait for
 			bw.copyTo(w)
-			go func() {
-				if p := <-done; p != nil && p != http.ErrAbortHandler {
-					s.log.Error("api handler panicked after its answer was sent", "request_id", id, "panic", p)
-				}
-			}()
+			stopWaiting("after its answer was sent")
 		case <-timer.C:
 			timeouts.Inc()
 			w.Header().Set("X-Request-Id", id)
@@ -93,12 +117,9 @@ func (s *Server) bounded(h http.Handler) (http.Handler, error) {
 				"the request took longer than %s; it may still complete: repeat it with the same Idempotency-Key to get its result",
 				s.cfg.RequestTimeout)}, id)
 			writeBody(w, http.StatusServiceUnavailable, body)
-			go func() { // after the answer: a late panic is logged, not fatal
-				if p := <-done; p != nil && p != http.ErrAbortHandler {
-					s.log.Error("api handler panicked after its request timed out", "request_id", id, "panic", p)
-				}
-			}()
+			stopWaiting("after its request timed out") // a late panic is logged, not fatal
 		case <-r.Context().Done(): // the client went away: nobody to answer; the work goes on
+			stopWaiting("after its client went away")
 		}
 	}), nil
 }

@@ -2,12 +2,12 @@ package dispatcher
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"golang.org/x/sync/errgroup"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -71,27 +71,33 @@ func (q *Queue) EnqueueCounting(ctx context.Context, ds ...webhookd.ScheduledDel
 		}
 		return created, err
 	}
+	// enqueueParallelism goroutines take the deliveries in turn (not one
+	// goroutine per delivery: a batch has thousands).
 	var (
 		mu   sync.Mutex
 		errs []error
-		g    errgroup.Group
+		next atomic.Int64
+		wg   sync.WaitGroup
 	)
-	g.SetLimit(enqueueParallelism)
-	for _, d := range ds {
-		g.Go(func() error {
-			ok, err := q.enqueue(ctx, d.ID, deliveryTask{DeliveryID: d.ID, EndpointID: d.EndpointID}, d.DueAt)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				errs = append(errs, err)
+	for range min(enqueueParallelism, len(ds)) {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < len(ds); i = int(next.Add(1)) - 1 {
+				d := ds[i]
+				ok, err := q.enqueue(ctx, d.ID, deliveryTask{DeliveryID: d.ID, EndpointID: d.EndpointID}, d.DueAt)
+				if err == nil && !ok {
+					continue
+				}
+				mu.Lock()
+				if err != nil {
+					errs = append(errs, err)
+				} else {
+					created++
+				}
+				mu.Unlock()
 			}
-			if ok {
-				created++
-			}
-			return nil
 		})
 	}
-	g.Wait()
+	wg.Wait()
 	return created, errors.Join(errs...)
 }
 

@@ -247,10 +247,10 @@ func (g *Ingester) commit(ctx context.Context, group []*ingestCall) error {
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	// Another process's request with one of these keys, or with one of
-	// these external ids, holds its row only briefly; past this the
-	// group gives up and its requests run alone.
-	b.Queue("SET LOCAL lock_timeout = 200")
-	b.Queue(planSettings)
+	// these external ids, holds its row only briefly; past 200 ms the
+	// group gives up and its requests run alone. And the statements run
+	// generic plans (planSettings).
+	b.Queue(`SELECT set_config('lock_timeout', '200', true), ` + genericPlans)
 	b.Queue(claimKeys, projects, keys, fps, created, expires).Query(func(rows pgx.Rows) error {
 		var k ikey
 		_, err := pgx.ForEachRow(rows, []any{&k.project, &k.key}, func() error { claimed[k] = true; return nil })

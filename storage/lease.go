@@ -277,8 +277,10 @@ func (db *DB) RecordAttempts(ctx context.Context, rs []Record) ([]bool, error) {
 // statements look rows up by key: with an index they cost the same at any
 // table size, while a plan from a young, unanalyzed table may scan the
 // table, and a custom plan per run costs as much as the run itself.
-const planSettings = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
-	set_config('enable_seqscan', 'off', true)`
+const planSettings = `SELECT ` + genericPlans
+
+// genericPlans is planSettings' select list.
+const genericPlans = `set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true)`
 
 // ReleaseLease gives a lease up without a change: the attempt was not made
 // (its endpoint had no room). Like a claim, it need not reach disk before
