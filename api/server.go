@@ -56,10 +56,11 @@ type Config struct {
 	// client address the unauthenticated rate limit counts by; default
 	// none (the peer address counts).
 	TrustedProxies []netip.Prefix
-	// IngestGroups is how many groups of event requests commit at once
-	// (storage.Ingester): requests arriving meanwhile wait for the next
-	// group and share its transaction. Default 2; -1 commits each request
-	// in a transaction of its own.
+	// IngestGroups is how many groups of event requests may commit at
+	// once (storage.Ingester; more than one only while many events wait):
+	// requests arriving meanwhile wait for the next group and share its
+	// transaction. Default 2; -1 commits each request in a transaction of
+	// its own.
 	IngestGroups int
 	// RedisTimeout bounds each limiter call so a slow Redis cannot stall the
 	// API; default 250ms.

@@ -251,3 +251,44 @@ func TestIngesterGroupFailureSendsEachAlone(t *testing.T) {
 		t.Fatalf("after release: %+v %v", resp, err)
 	}
 }
+
+// TestIngesterStartsASecondGroupOnlyForABacklog: while one group is in
+// flight, requests of one event each wait for the next group however many
+// there are of them (one group at a time makes them larger), but 100
+// events waiting start a second group beside it.
+func TestIngesterStartsASecondGroupOnlyForABacklog(t *testing.T) {
+	t.Parallel()
+	db := testenv.DB(t)
+	p, _ := ingestProject(t, db)
+	ev := func(n int) storage.NewEvent { return storage.NewEvent{Type: "a", Data: json.RawMessage(fmt.Sprint(n))} }
+	g := db.NewIngester(2)
+	hold := make(chan struct{})
+	storage.SetBeforeGroup(g, func(int) { <-hold })
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer close(hold)
+	ingest := func(req storage.IngestRequest) {
+		wg.Go(func() {
+			_, _, release, err := g.Ingest(context.Background(), req, time.Second)
+			release()
+			if err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	ingest(ingestRequest(p, "first", ev(0)))
+	within(t, 5*time.Second, func() bool { return storage.Groups(g) == 1 })
+	for i := range 20 {
+		ingest(ingestRequest(p, fmt.Sprintf("single-%d", i), ev(i)))
+	}
+	within(t, 5*time.Second, func() bool { return storage.PendingIngests(g) == 20 })
+	if n := storage.Groups(g); n != 1 {
+		t.Fatalf("%d groups began for 20 single events, want 1", n)
+	}
+	batch := make([]storage.NewEvent, 80)
+	for i := range batch {
+		batch[i] = ev(i)
+	}
+	ingest(ingestRequest(p, "batch", batch...)) // 100 events wait now
+	within(t, 5*time.Second, func() bool { return storage.Groups(g) == 2 })
+}
