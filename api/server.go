@@ -59,7 +59,7 @@ type Config struct {
 	// IngestGroups is how many groups of event requests may commit at
 	// once (storage.Ingester; more than one only while many events wait):
 	// requests arriving meanwhile wait for the next group and share its
-	// transaction. Default 2; -1 commits each request in a transaction of
+	// transaction. Default 4; -1 commits each request in a transaction of
 	// its own.
 	IngestGroups int
 	// RedisTimeout bounds each limiter call so a slow Redis cannot stall the
@@ -88,7 +88,7 @@ func (c Config) WithDefaults() Config {
 		c.MaxBatchBytes = 1 << 20
 	}
 	if c.IngestGroups == 0 {
-		c.IngestGroups = 2
+		c.IngestGroups = 4
 	}
 	if c.IdempotencyWait == 0 {
 		c.IdempotencyWait = 10 * time.Second
