@@ -120,7 +120,7 @@ func matchAndInsert(ctx context.Context, tx pgx.Tx, projectID string, evs []NewE
 		INSERT INTO events (id, project_id, type, data, external_id, created_at)
 		SELECT id, $1, type, data::json, ext, $6
 		FROM unnest($2::text[], $3::text[], $4::text[], $5::text[]) AS t(id, type, data, ext)
-		ON CONFLICT (project_id, external_id) DO NOTHING
+		ON CONFLICT (project_id, external_id) WHERE external_id IS NOT NULL DO NOTHING
 		RETURNING id`, projectID, ids, types, datas, extIDs, now).Query(func(rows pgx.Rows) error {
 		var err error
 		inserted, err = pgx.CollectRows(rows, pgx.RowTo[string])
