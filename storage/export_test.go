@@ -3,6 +3,9 @@ package storage
 // SetBeforeGroup makes g call f as each group of n requests begins.
 func SetBeforeGroup(g *Ingester, f func(n int)) { g.beforeGroup = f }
 
+// SetAfterOpen makes g call f once each group's first round trip is back.
+func SetAfterOpen(g *Ingester, f func()) { g.afterOpen = f }
+
 // PendingIngests returns how many requests wait for g's next group.
 func PendingIngests(g *Ingester) int {
 	g.mu.Lock()

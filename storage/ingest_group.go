@@ -45,17 +45,25 @@ type Ingester struct {
 
 	mu      sync.Mutex
 	pending []*ingestCall
-	running int
+	running int                    // groups in flight
+	opening bool                   // a group is in its first round trip
 	keys    map[ikey]chan struct{} // keys in a group now; closed when it ends
 	groups  int64                  // groups run (guarded by mu; for tests)
 
 	beforeGroup func(n int) // tests: called as a group of n begins
+	afterOpen   func()      // tests: called once a group's first round trip is back and the next may begin
 }
 
 // NewIngester returns an Ingester running at most parallel groups at once.
-// A second group starts only while many events wait (largeBacklog): small
-// requests, one event each, make larger groups, which cost less per
-// request, one group at a time, while batches keep parallel groups busy.
+//
+// Single-event requests run one group at a time: a group waiting to begin
+// gathers every request that arrives meanwhile, and larger groups cost less
+// per request (16 clients posting single events: one group at a time took
+// about 5 % more requests per second than two or more). While many events
+// wait (largeBacklog: batches), groups overlap in a pipeline: the next
+// begins once the one before has made its first round trip (claims,
+// endpoint matches), so its first round trip runs beside the other's
+// second (writes and commit).
 func (db *DB) NewIngester(parallel int) *Ingester {
 	return &Ingester{db: db, parallel: max(parallel, 1), maxEvents: 2000, keys: map[ikey]chan struct{}{}}
 }
@@ -126,10 +134,7 @@ func (g *Ingester) Ingest(ctx context.Context, req IngestRequest, wait time.Dura
 	}
 	g.keys[c.k] = make(chan struct{})
 	g.pending = append(g.pending, c)
-	if g.running == 0 || g.running < g.parallel && g.backlogLocked() >= largeBacklog {
-		g.running++
-		go g.run()
-	}
+	g.startLocked()
 	g.mu.Unlock()
 	select {
 	case <-c.done:
@@ -149,10 +154,28 @@ func (g *Ingester) Ingest(ctx context.Context, req IngestRequest, wait time.Dura
 	}
 }
 
-// largeBacklog is how many waiting events start another group beside the
-// one in flight. Measured with 16 clients posting one event each: one
-// group at a time took about 5 % more requests per second than two; with
-// 4 clients posting 1,000 events each, two took about 30 % more events.
+// startLocked begins a group of what is pending: when none is in flight,
+// or beside those in flight when many events wait (largeBacklog), none is
+// in its first round trip and fewer than parallel are in flight.
+func (g *Ingester) startLocked() {
+	if len(g.pending) == 0 || g.running > 0 && (g.opening || g.running >= g.parallel || g.backlogLocked() < largeBacklog) {
+		return
+	}
+	n, events := 0, 0
+	for n < len(g.pending) && (n == 0 || events+len(g.pending[n].req.Events) <= g.maxEvents) {
+		events += len(g.pending[n].req.Events)
+		n++
+	}
+	group := g.pending[:n:n]
+	g.pending = g.pending[n:]
+	g.running++
+	g.opening = true
+	g.groups++
+	go g.run(group)
+}
+
+// largeBacklog is how many waiting events begin a group beside those in
+// flight.
 const largeBacklog = 100
 
 // backlogLocked counts the events waiting for a group.
@@ -175,46 +198,41 @@ func (g *Ingester) releaseLocked(k ikey) {
 	delete(g.keys, k)
 }
 
-// run commits groups of what is pending until nothing is.
-func (g *Ingester) run() {
-	for {
+// run commits group; once its first round trip is back, the next group
+// may begin.
+func (g *Ingester) run(group []*ingestCall) {
+	if g.beforeGroup != nil {
+		g.beforeGroup(len(group))
+	}
+	opened := sync.OnceFunc(func() {
 		g.mu.Lock()
-		n, events := 0, 0
-		for n < len(g.pending) && (n == 0 || events+len(g.pending[n].req.Events) <= g.maxEvents) {
-			events += len(g.pending[n].req.Events)
-			n++
-		}
-		if n == 0 {
-			g.running--
-			g.mu.Unlock()
-			return
-		}
-		group := g.pending[:n:n]
-		g.pending = g.pending[n:]
-		g.groups++
+		g.opening = false
+		g.startLocked()
 		g.mu.Unlock()
-		if g.beforeGroup != nil {
-			g.beforeGroup(n)
+		if g.afterOpen != nil {
+			g.afterOpen()
 		}
-
-		ctx, cancel := context.WithTimeout(context.Background(), groupTimeout)
-		if err := g.commit(ctx, group); err != nil {
-			for _, c := range group {
-				c.resp, c.evs, c.err = StoredResponse{}, nil, ErrIngestAlone
-			}
-		}
-		cancel()
-		g.mu.Lock()
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), groupTimeout)
+	if err := g.commit(ctx, group, opened); err != nil {
 		for _, c := range group {
-			c.finished = true
-			if c.err != ErrIngestAlone || c.abandoned { // else the caller releases it after its run alone
-				g.releaseLocked(c.k)
-			}
+			c.resp, c.evs, c.err = StoredResponse{}, nil, ErrIngestAlone
 		}
-		g.mu.Unlock()
-		for _, c := range group {
-			close(c.done)
+	}
+	cancel()
+	opened() // if commit failed before its first round trip was back
+	g.mu.Lock()
+	for _, c := range group {
+		c.finished = true
+		if c.err != ErrIngestAlone || c.abandoned { // else the caller releases it after its run alone
+			g.releaseLocked(c.k)
 		}
+	}
+	g.running--
+	g.startLocked()
+	g.mu.Unlock()
+	for _, c := range group {
+		close(c.done)
 	}
 }
 
@@ -222,8 +240,9 @@ func (g *Ingester) run() {
 // claims every key, reads the endpoints that can match and the external
 // ids taken; its second writes what the requests that claimed their key
 // made, with their responses, and commits. An error fails the whole group
-// (each request then runs alone).
-func (g *Ingester) commit(ctx context.Context, group []*ingestCall) error {
+// (each request then runs alone). opened is called as the first round
+// trip returns.
+func (g *Ingester) commit(ctx context.Context, group []*ingestCall, opened func()) error {
 	conn, err := g.db.pool.Acquire(ctx)
 	if err != nil {
 		return err
@@ -288,7 +307,9 @@ func (g *Ingester) commit(ctx context.Context, group []*ingestCall) error {
 			return err
 		})
 	}
-	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+	err = conn.SendBatch(ctx, b).Close()
+	opened()
+	if err != nil {
 		return err
 	}
 

@@ -252,43 +252,83 @@ func TestIngesterGroupFailureSendsEachAlone(t *testing.T) {
 	}
 }
 
-// TestIngesterStartsASecondGroupOnlyForABacklog: while one group is in
-// flight, requests of one event each wait for the next group however many
-// there are of them (one group at a time makes them larger), but 100
-// events waiting start a second group beside it.
-func TestIngesterStartsASecondGroupOnlyForABacklog(t *testing.T) {
+// TestIngesterBeginsTheNextGroupAfterTheFirstRoundTrip: while a group has
+// not made its first round trip, the requests that arrive wait for the next
+// group, even with a backlog of 205 events; once it has, the next group
+// begins beside it.
+func TestIngesterBeginsTheNextGroupAfterTheFirstRoundTrip(t *testing.T) {
 	t.Parallel()
 	db := testenv.DB(t)
 	p, _ := ingestProject(t, db)
 	ev := func(n int) storage.NewEvent { return storage.NewEvent{Type: "a", Data: json.RawMessage(fmt.Sprint(n))} }
-	g := db.NewIngester(2)
-	hold := make(chan struct{})
-	storage.SetBeforeGroup(g, func(int) { <-hold })
+	g := db.NewIngester(4)
+	beforeFirst, inSecondStage := make(chan struct{}), make(chan struct{})
+	var holdOnce, stageOnce sync.Once
+	storage.SetBeforeGroup(g, func(int) { holdOnce.Do(func() { <-beforeFirst }) })
+	storage.SetAfterOpen(g, func() { stageOnce.Do(func() { <-inSecondStage }) })
 	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer close(hold)
 	ingest := func(req storage.IngestRequest) {
 		wg.Go(func() {
-			_, _, release, err := g.Ingest(context.Background(), req, time.Second)
+			resp, _, release, err := g.Ingest(context.Background(), req, time.Second)
+			release()
+			if err != nil || resp.StatusCode != 202 {
+				t.Errorf("%s: %d %v", req.Key.Key, resp.StatusCode, err)
+			}
+		})
+	}
+	ingest(ingestRequest(p, "first", ev(0)))
+	within(t, 5*time.Second, func() bool { return storage.Groups(g) == 1 })
+	for i := range 5 {
+		ingest(ingestRequest(p, fmt.Sprintf("single-%d", i), ev(i)))
+	}
+	batch := make([]storage.NewEvent, 200)
+	for i := range batch {
+		batch[i] = ev(i)
+	}
+	ingest(ingestRequest(p, "batch", batch...))
+	within(t, 5*time.Second, func() bool { return storage.PendingIngests(g) == 6 })
+	if n := storage.Groups(g); n != 1 {
+		t.Fatalf("%d groups began before the first made its first round trip, want 1", n)
+	}
+	close(beforeFirst) // the first group makes its first round trip, then holds
+	within(t, 5*time.Second, func() bool { return storage.Groups(g) == 2 && storage.PendingIngests(g) == 0 })
+	close(inSecondStage)
+	wg.Wait()
+	if n := count(t, db, `SELECT count(*) FROM events`); n != 1+5+200 {
+		t.Fatalf("%d events, want 206", n)
+	}
+}
+
+// TestIngesterRunsSingleEventsOneGroupAtATime: requests of one event each
+// wait for the group in flight to end, not only for its first round trip.
+func TestIngesterRunsSingleEventsOneGroupAtATime(t *testing.T) {
+	t.Parallel()
+	db := testenv.DB(t)
+	p, _ := ingestProject(t, db)
+	ev := func(n int) storage.NewEvent { return storage.NewEvent{Type: "a", Data: json.RawMessage(fmt.Sprint(n))} }
+	g := db.NewIngester(4)
+	inSecondStage := make(chan struct{})
+	var once sync.Once
+	storage.SetAfterOpen(g, func() { once.Do(func() { <-inSecondStage }) })
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer close(inSecondStage)
+	ingest := func(key string) {
+		wg.Go(func() {
+			_, _, release, err := g.Ingest(context.Background(), ingestRequest(p, key, ev(0)), time.Second)
 			release()
 			if err != nil {
 				t.Error(err)
 			}
 		})
 	}
-	ingest(ingestRequest(p, "first", ev(0)))
+	ingest("first")
 	within(t, 5*time.Second, func() bool { return storage.Groups(g) == 1 })
 	for i := range 20 {
-		ingest(ingestRequest(p, fmt.Sprintf("single-%d", i), ev(i)))
+		ingest(fmt.Sprintf("single-%d", i))
 	}
 	within(t, 5*time.Second, func() bool { return storage.PendingIngests(g) == 20 })
 	if n := storage.Groups(g); n != 1 {
 		t.Fatalf("%d groups began for 20 single events, want 1", n)
 	}
-	batch := make([]storage.NewEvent, 80)
-	for i := range batch {
-		batch[i] = ev(i)
-	}
-	ingest(ingestRequest(p, "batch", batch...)) // 100 events wait now
-	within(t, 5*time.Second, func() bool { return storage.Groups(g) == 2 })
 }
