@@ -19,3 +19,10 @@ func Groups(g *Ingester) int64 {
 	defer g.mu.Unlock()
 	return g.groups
 }
+
+// FastGroups returns how many of g's groups committed in one round trip.
+func FastGroups(g *Ingester) int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.fast
+}

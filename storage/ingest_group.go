@@ -49,6 +49,9 @@ type Ingester struct {
 	opening bool                   // a group is in its first round trip
 	keys    map[ikey]chan struct{} // keys in a group now; closed when it ends
 	groups  int64                  // groups run (guarded by mu; for tests)
+	fast    int64                  // groups committed in one round trip (guarded by mu; for tests)
+
+	endpoints endpointCache // for one-round-trip groups (ingest_fast.go)
 
 	beforeGroup func(n int) // tests: called as a group of n begins
 	afterOpen   func()      // tests: called once a group's first round trip is back and the next may begin
@@ -236,7 +239,8 @@ func (g *Ingester) run(group []*ingestCall) {
 	}
 }
 
-// commit runs one group. Its first round trip begins the transaction,
+// commit runs one group, in one round trip if it can (commitFast). Else
+// its first round trip begins the transaction,
 // claims every key, reads the endpoints that can match and the external
 // ids taken; its second writes what the requests that claimed their key
 // made, with their responses, and commits. An error fails the whole group
@@ -248,6 +252,12 @@ func (g *Ingester) commit(ctx context.Context, group []*ingestCall, opened func(
 		return err
 	}
 	defer conn.Release() // pgxpool drops a connection left in a transaction
+	if tried, err := g.commitFast(ctx, conn, group, opened); tried && err == nil {
+		g.mu.Lock()
+		g.fast++
+		g.mu.Unlock()
+		return nil
+	}
 	tx := &connTx{c: conn}
 	defer tx.Rollback(ctx)
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -331,4 +332,100 @@ func TestIngesterRunsSingleEventsOneGroupAtATime(t *testing.T) {
 	if n := storage.Groups(g); n != 1 {
 		t.Fatalf("%d groups began for 20 single events, want 1", n)
 	}
+}
+
+// TestIngesterOneRoundTripSeesEveryEndpointChange: once a project's
+// endpoints are read, its groups commit in one round trip; an endpoint
+// created, changed or deleted since then is seen all the same (the group
+// finds the change in its transaction and runs the two round trips), and a
+// replayed key writes nothing.
+func TestIngesterOneRoundTripSeesEveryEndpointChange(t *testing.T) {
+	t.Parallel()
+	db := testenv.DB(t)
+	ctx, s := context.Background(), db.Store()
+	p, first := ingestProject(t, db)
+	g := db.NewIngester(1)
+	n := 0
+	ingest := func(key string, evs ...storage.NewEvent) ingestOutcome {
+		t.Helper()
+		resp, out, release, err := g.Ingest(ctx, ingestRequest(p, key, evs...), time.Second)
+		release()
+		return ingestOutcome{resp, out, err}
+	}
+	endpointsOf := func(o ingestOutcome) []string {
+		t.Helper()
+		if o.err != nil || o.resp.StatusCode != 202 || len(o.evs) != 1 {
+			t.Fatalf("%+v", o)
+		}
+		var ids []string
+		for _, d := range o.evs[0].Deliveries {
+			ids = append(ids, d.EndpointID)
+		}
+		slices.Sort(ids)
+		return ids
+	}
+	ev := func() storage.NewEvent {
+		n++
+		return storage.NewEvent{Type: "a", Data: json.RawMessage(fmt.Sprint(n))}
+	}
+
+	if got := endpointsOf(ingest("k1", ev())); !slices.Equal(got, []string{first}) {
+		t.Fatalf("deliveries to %v", got)
+	}
+	fast := storage.FastGroups(g)
+	if fast != 1 {
+		t.Fatalf("%d groups in one round trip, want 1", fast)
+	}
+
+	second, err := s.CreateEndpoint(ctx, p, storage.NewEndpoint{URL: "http://127.0.0.1:9/b", Secret: "whsec_BBBB"}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := endpointsOf(ingest("k2", ev())), sortedIDs(first, second.ID); !slices.Equal(got, want) {
+		t.Fatalf("after a new endpoint: deliveries to %v, want %v", got, want)
+	}
+	if storage.FastGroups(g) != fast {
+		t.Fatal("a group matched endpoints that had changed")
+	}
+	if got, want := endpointsOf(ingest("k3", ev())), sortedIDs(first, second.ID); !slices.Equal(got, want) {
+		t.Fatalf("deliveries to %v, want %v", got, want)
+	}
+	if storage.FastGroups(g) != fast+1 {
+		t.Fatal("the endpoints read again were not used in one round trip")
+	}
+
+	only := []string{"b"}
+	if _, err := s.UpdateEndpoint(ctx, p, first, storage.EndpointPatch{EventTypes: &only}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if got := endpointsOf(ingest("k4", ev())); !slices.Equal(got, []string{second.ID}) {
+		t.Fatalf("after a change of event types: deliveries to %v", got)
+	}
+	if err := s.DeleteEndpoint(ctx, p, second.ID, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if got := endpointsOf(ingest("k5", ev())); len(got) != 0 {
+		t.Fatalf("after a deletion: deliveries to %v", got)
+	}
+
+	events := count(t, db, `SELECT count(*) FROM events`)
+	if o := ingest("k5", ev()); !errors.Is(o.err, storage.ErrIngestAlone) {
+		t.Fatalf("a replayed key: %+v", o)
+	}
+	if count(t, db, `SELECT count(*) FROM events`) != events {
+		t.Fatal("a replayed key wrote an event")
+	}
+	unknown := ev()
+	unknown.EndpointIDs = []string{"ep_NOPE"}
+	if o := ingest("k6", unknown); o.err != nil || o.resp.StatusCode != 400 || o.evs != nil {
+		t.Fatalf("an unknown endpoint: %+v", o)
+	}
+	if count(t, db, `SELECT count(*) FROM idempotency_records WHERE key = 'k6' AND status_code = 400`) != 1 {
+		t.Fatal("the 400 is not remembered")
+	}
+}
+
+func sortedIDs(ids ...string) []string {
+	slices.Sort(ids)
+	return ids
 }
