@@ -26,3 +26,6 @@ func FastGroups(g *Ingester) int64 {
 	defer g.mu.Unlock()
 	return g.fast
 }
+
+// PlanSettings is the statement that makes the hot statements' plans.
+const PlanSettings = planSettings

@@ -72,7 +72,12 @@ func (db *DB) ClaimDeliveries(ctx context.Context, now, until time.Time, cs []Cl
 	for i, c := range cs {
 		ids[i], tokens[i], modes[i], reqs[i] = c.DeliveryID, c.Token, int32(c.Mode), c.RequestID
 	}
-	rows, err := db.pool.Query(ctx, `WITH c AS (
+	// The claim joins its rows to deliveries, events and endpoints by key:
+	// planSettings keeps its generic plan to index lookups.
+	out := make([]Lease, len(cs))
+	b := &pgx.Batch{}
+	b.Queue(planSettings)
+	b.Queue(`WITH c AS (
 			SELECT * FROM unnest($1::text[], $2::text[], $3::int4[], $4::text[]) WITH ORDINALITY AS c(id, token, mode, request_id, ord)
 			WHERE set_config('synchronous_commit', 'off', true) = 'off'
 		), held AS (
@@ -91,40 +96,37 @@ func (db *DB) ClaimDeliveries(ctx context.Context, now, until time.Time, cs []Cl
 			p.max_in_flight, d.trigger, d.manual_request_id, d.manual_requested_by
 		FROM c JOIN deliveries d ON d.id = c.id JOIN events e ON e.id = d.event_id JOIN endpoints p ON p.id = d.endpoint_id
 			LEFT JOIN held ON held.token = c.token`,
-		ids, tokens, modes, reqs, now, until)
-	if err != nil {
-		return nil, fmt.Errorf("claim deliveries: %w", err)
-	}
-	defer rows.Close()
-	out := make([]Lease, len(cs))
-	for rows.Next() {
-		var (
-			ord     int
-			l       Lease
-			deleted *time.Time
-		)
-		d, ev, ep := &l.Delivery, &l.Event, &l.Endpoint
-		if err := rows.Scan(&ord, &l.Held, &d.ID, &d.ProjectID, &d.EventID, &d.EndpointID, &d.EventType, &d.Status,
-			&d.AttemptsCount, &d.NextAttemptAt, &d.LastStatusCode, &d.LastError, &d.CreatedAt, &d.UpdatedAt,
-			&l.AutoAttempts, &l.OtherUntil,
-			&ev.Type, &ev.Data, &ev.ExternalID, &ev.CreatedAt,
-			&ep.URL, &ep.Status, &ep.Secret, &ep.PreviousSecret, &ep.PreviousExpiresAt, &ep.RateLimitPerSecond, &deleted,
-			&l.MaxInFlight, &l.Trigger, &l.ManualRequest, &l.ManualBy); err != nil {
-			return nil, fmt.Errorf("claim deliveries: %w", err)
+		ids, tokens, modes, reqs, now, until).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var (
+				ord     int
+				l       Lease
+				deleted *time.Time
+			)
+			d, ev, ep := &l.Delivery, &l.Event, &l.Endpoint
+			if err := rows.Scan(&ord, &l.Held, &d.ID, &d.ProjectID, &d.EventID, &d.EndpointID, &d.EventType, &d.Status,
+				&d.AttemptsCount, &d.NextAttemptAt, &d.LastStatusCode, &d.LastError, &d.CreatedAt, &d.UpdatedAt,
+				&l.AutoAttempts, &l.OtherUntil,
+				&ev.Type, &ev.Data, &ev.ExternalID, &ev.CreatedAt,
+				&ep.URL, &ep.Status, &ep.Secret, &ep.PreviousSecret, &ep.PreviousExpiresAt, &ep.RateLimitPerSecond, &deleted,
+				&l.MaxInFlight, &l.Trigger, &l.ManualRequest, &l.ManualBy); err != nil {
+				return err
+			}
+			if err := db.box.openSecrets(&ep.Secret, &ep.PreviousSecret); err != nil {
+				return err
+			}
+			l.Found, l.Token = true, cs[ord-1].Token
+			ev.ID, ev.ProjectID = d.EventID, d.ProjectID
+			ep.ID, ep.ProjectID = d.EndpointID, d.ProjectID
+			l.EndpointDeleted = deleted != nil
+			if l.Held {
+				l.OtherUntil = nil
+			}
+			out[ord-1] = l
 		}
-		if err := db.box.openSecrets(&ep.Secret, &ep.PreviousSecret); err != nil {
-			return nil, fmt.Errorf("claim deliveries: %w", err)
-		}
-		l.Found, l.Token = true, cs[ord-1].Token
-		ev.ID, ev.ProjectID = d.EventID, d.ProjectID
-		ep.ID, ep.ProjectID = d.EndpointID, d.ProjectID
-		l.EndpointDeleted = deleted != nil
-		if l.Held {
-			l.OtherUntil = nil
-		}
-		out[ord-1] = l
-	}
-	if err := rows.Err(); err != nil {
+		return rows.Err()
+	})
+	if err := db.pool.SendBatch(ctx, b).Close(); err != nil {
 		return nil, fmt.Errorf("claim deliveries: %w", err)
 	}
 	return out, nil
@@ -273,14 +275,17 @@ func (db *DB) RecordAttempts(ctx context.Context, rs []Record) ([]bool, error) {
 }
 
 // planSettings makes the statements after it in a transaction run one
-// generic plan each, made with sequential scans ruled out. The hot
+// generic plan each, made without sequential or bitmap scans. The hot
 // statements look rows up by key: with an index they cost the same at any
-// table size, while a plan from a young, unanalyzed table may scan the
-// table, and a custom plan per run costs as much as the run itself.
+// table size, while a plan made from a young, unanalyzed table may scan the
+// whole table (or, with sequential scans alone ruled out, read a whole
+// index in a bitmap scan), and a custom plan per run costs as much as the
+// run itself.
 const planSettings = `SELECT ` + genericPlans
 
 // genericPlans is planSettings' select list.
-const genericPlans = `set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true)`
+const genericPlans = `set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true),
+	set_config('enable_bitmapscan', 'off', true)`
 
 // ReleaseLease gives a lease up without a change: the attempt was not made
 // (its endpoint had no room). Like a claim, it need not reach disk before
