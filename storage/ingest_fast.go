@@ -145,13 +145,8 @@ func (g *Ingester) commitFast(ctx context.Context, conn pgxConn, group []*ingest
 	}
 
 	var (
-		rec struct {
-			projects, keys, types []string
-			fps, bodies           [][]byte
-			created, expires      []time.Time
-			codes                 []int32
-		}
-		ev struct {
+		rec storedResponses
+		ev  struct {
 			ids, projects, keys, types, data []string
 			at                               []time.Time
 		}
@@ -191,11 +186,7 @@ func (g *Ingester) commitFast(ctx context.Context, conn pgxConn, group []*ingest
 		if matchErr == nil {
 			outcomes[i].evs = evs
 		}
-		rec.projects, rec.keys = append(rec.projects, p), append(rec.keys, c.k.key)
-		rec.codes, rec.types = append(rec.codes, int32(resp.StatusCode)), append(rec.types, resp.ContentType)
-		rec.bodies = append(rec.bodies, g.db.box.seal(resp.Body)) // it may hold a secret
-		rec.fps, rec.created = append(rec.fps, c.req.Key.Fingerprint[:]), append(rec.created, c.req.Now)
-		rec.expires = append(rec.expires, c.req.Now.Add(c.req.Key.TTL))
+		rec.add(c, resp, g.db.box)
 	}
 
 	claimed := map[ikey]bool{}
@@ -208,6 +199,9 @@ func (g *Ingester) commitFast(ctx context.Context, conn pgxConn, group []*ingest
 		FROM unnest($1::text[], $2::text[]) AS t(prj, digest)
 		CROSS JOIN LATERAL (SELECT `+endpointsDigest+` AS d FROM endpoints e
 			WHERE e.project_id = t.prj AND e.deleted_at IS NULL) x`, projects, digests)
+	// $1-$8 the records, $9-$14 the events, $15-$22 the deliveries.
+	args := append(rec.args(), ev.ids, ev.projects, ev.keys, ev.types, ev.data, ev.at)
+	args = append(append(args, rows.args()...), rowKeys)
 	b.Queue(`WITH claimed AS (
 			INSERT INTO idempotency_records (project_id, key, fingerprint, created_at, expires_at,
 				status_code, content_type, response_body)
@@ -233,9 +227,7 @@ func (g *Ingester) commitFast(ctx context.Context, conn pgxConn, group []*ingest
 			JOIN claimed c ON c.project_id = t.prj AND c.key = t.key
 		)
 		SELECT project_id, key FROM claimed`,
-		rec.projects, rec.keys, rec.fps, rec.created, rec.expires, rec.codes, rec.types, rec.bodies,
-		ev.ids, ev.projects, ev.keys, ev.types, ev.data, ev.at,
-		rows.ids, rows.projects, rows.events, rows.endpoints, rows.types, rows.triggers, rows.due, rowKeys,
+		args...,
 	).Query(func(r pgx.Rows) error {
 		var k ikey
 		_, err := pgx.ForEachRow(r, []any{&k.project, &k.key}, func() error { claimed[k] = true; return nil })

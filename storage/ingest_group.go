@@ -66,7 +66,8 @@ type Ingester struct {
 // wait (largeBacklog: batches), groups overlap in a pipeline: the next
 // begins once the one before has made its first round trip (claims,
 // endpoint matches), so its first round trip runs beside the other's
-// second (writes and commit).
+// second (writes and commit); after a group that commits in one round
+// trip (commitFast), as soon as that is sent.
 func (db *DB) NewIngester(parallel int) *Ingester {
 	return &Ingester{db: db, parallel: max(parallel, 1), maxEvents: 2000, keys: map[ikey]chan struct{}{}}
 }
@@ -190,6 +191,30 @@ func (g *Ingester) backlogLocked() int {
 	return n
 }
 
+// storedResponses are the idempotency records a group writes: a key's
+// claim and its response, as columns.
+type storedResponses struct {
+	projects, keys, types []string
+	fps, bodies           [][]byte
+	created, expires      []time.Time
+	codes                 []int32
+}
+
+func (r *storedResponses) add(c *ingestCall, resp StoredResponse, box *secretBox) {
+	r.projects, r.keys = append(r.projects, c.k.project), append(r.keys, c.k.key)
+	r.codes, r.types = append(r.codes, int32(resp.StatusCode)), append(r.types, resp.ContentType)
+	r.bodies = append(r.bodies, box.seal(resp.Body)) // it may hold a secret
+	r.fps, r.created = append(r.fps, c.req.Key.Fingerprint[:]), append(r.created, c.req.Now)
+	r.expires = append(r.expires, c.req.Now.Add(c.req.Key.TTL))
+}
+
+// args are the columns in the order of idempotency_records (project_id,
+// key, fingerprint, created_at, expires_at, status_code, content_type,
+// response_body).
+func (r *storedResponses) args() []any {
+	return []any{r.projects, r.keys, r.fps, r.created, r.expires, r.codes, r.types, r.bodies}
+}
+
 func (g *Ingester) release(k ikey) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -245,7 +270,7 @@ func (g *Ingester) run(group []*ingestCall) {
 // ids taken; its second writes what the requests that claimed their key
 // made, with their responses, and commits. An error fails the whole group
 // (each request then runs alone). opened is called as the first round
-// trip returns.
+// trip returns (or, in one round trip, as it is sent).
 func (g *Ingester) commit(ctx context.Context, group []*ingestCall, opened func()) error {
 	conn, err := g.db.pool.Acquire(ctx)
 	if err != nil {
@@ -328,14 +353,9 @@ func (g *Ingester) commit(ctx context.Context, group []*ingestCall, opened func(
 		evExt                              []*string
 		evAt                               []time.Time
 		rows                               deliveryRows
-		stored                             struct {
-			projects, keys, types []string
-			fps, bodies           [][]byte
-			created, expires      []time.Time
-			codes                 []int32
-		}
-		released struct{ projects, keys []string }
-		inGroup  = map[ikey]bool{} // external ids this group writes
+		stored                             storedResponses
+		released                           struct{ projects, keys []string }
+		inGroup                            = map[ikey]bool{} // external ids this group writes
 	)
 	for _, c := range group {
 		if !claimed[c.k] {
@@ -394,11 +414,7 @@ func (g *Ingester) commit(ctx context.Context, group []*ingestCall, opened func(
 		if err == nil {
 			c.evs = evs
 		}
-		stored.projects, stored.keys = append(stored.projects, p), append(stored.keys, c.k.key)
-		stored.codes, stored.types = append(stored.codes, int32(resp.StatusCode)), append(stored.types, resp.ContentType)
-		stored.bodies = append(stored.bodies, g.db.box.seal(resp.Body)) // it may hold a secret
-		stored.fps, stored.created = append(stored.fps, c.req.Key.Fingerprint[:]), append(stored.created, c.req.Now)
-		stored.expires = append(stored.expires, c.req.Now.Add(c.req.Key.TTL))
+		stored.add(c, resp, g.db.box)
 	}
 
 	b = &pgx.Batch{}
@@ -421,7 +437,7 @@ func (g *Ingester) commit(ctx context.Context, group []*ingestCall, opened func(
 				$6::int4[], $7::text[], $8::bytea[])
 			ON CONFLICT (project_id, key) DO UPDATE SET status_code = EXCLUDED.status_code,
 				content_type = EXCLUDED.content_type, response_body = EXCLUDED.response_body`,
-			stored.projects, stored.keys, stored.fps, stored.created, stored.expires, stored.codes, stored.types, stored.bodies)
+			stored.args()...)
 	}
 	if len(released.keys) > 0 {
 		b.Queue(`DELETE FROM idempotency_records r USING unnest($1::text[], $2::text[]) AS t(prj, key)

@@ -102,6 +102,23 @@ func ingestProject(t *testing.T, db *storage.DB) (projectID, endpointID string) 
 	return p.ID, ep.ID
 }
 
+// numberedEvent is an event of type a with data n.
+func numberedEvent(n int) storage.NewEvent {
+	return storage.NewEvent{Type: "a", Data: json.RawMessage(fmt.Sprint(n))}
+}
+
+// ingestAccepted runs req through g in a goroutine of wg and reports an
+// error unless it is accepted (202).
+func ingestAccepted(t *testing.T, wg *sync.WaitGroup, g *storage.Ingester, req storage.IngestRequest) {
+	wg.Go(func() {
+		resp, _, release, err := g.Ingest(context.Background(), req, time.Second)
+		release()
+		if err != nil || resp.StatusCode != 202 {
+			t.Errorf("%s: %d %v", req.Key.Key, resp.StatusCode, err)
+		}
+	})
+}
+
 func count(t *testing.T, db *storage.DB, sql string, args ...any) int {
 	t.Helper()
 	var n int
@@ -126,7 +143,7 @@ func TestIngesterCommitsAGroupTogether(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev := func(n int) storage.NewEvent { return storage.NewEvent{Type: "a", Data: json.RawMessage(fmt.Sprint(n))} }
+	ev := numberedEvent
 	reqs := []storage.IngestRequest{ingestRequest(p, "first", ev(0))}
 	for i := range 10 {
 		reqs = append(reqs, ingestRequest(p, fmt.Sprintf("ok-%d", i), ev(i), ev(i+100)))
@@ -261,22 +278,14 @@ func TestIngesterBeginsTheNextGroupAfterTheFirstRoundTrip(t *testing.T) {
 	t.Parallel()
 	db := testenv.DB(t)
 	p, _ := ingestProject(t, db)
-	ev := func(n int) storage.NewEvent { return storage.NewEvent{Type: "a", Data: json.RawMessage(fmt.Sprint(n))} }
+	ev := numberedEvent
 	g := db.NewIngester(4)
 	beforeFirst, inSecondStage := make(chan struct{}), make(chan struct{})
 	var holdOnce, stageOnce sync.Once
 	storage.SetBeforeGroup(g, func(int) { holdOnce.Do(func() { <-beforeFirst }) })
 	storage.SetAfterOpen(g, func() { stageOnce.Do(func() { <-inSecondStage }) })
 	var wg sync.WaitGroup
-	ingest := func(req storage.IngestRequest) {
-		wg.Go(func() {
-			resp, _, release, err := g.Ingest(context.Background(), req, time.Second)
-			release()
-			if err != nil || resp.StatusCode != 202 {
-				t.Errorf("%s: %d %v", req.Key.Key, resp.StatusCode, err)
-			}
-		})
-	}
+	ingest := func(req storage.IngestRequest) { ingestAccepted(t, &wg, g, req) }
 	ingest(ingestRequest(p, "first", ev(0)))
 	within(t, 5*time.Second, func() bool { return storage.Groups(g) == 1 })
 	for i := range 5 {
@@ -306,7 +315,7 @@ func TestIngesterRunsSingleEventsOneGroupAtATime(t *testing.T) {
 	t.Parallel()
 	db := testenv.DB(t)
 	p, _ := ingestProject(t, db)
-	ev := func(n int) storage.NewEvent { return storage.NewEvent{Type: "a", Data: json.RawMessage(fmt.Sprint(n))} }
+	ev := numberedEvent
 	g := db.NewIngester(4)
 	inSecondStage := make(chan struct{})
 	var once sync.Once
@@ -314,15 +323,7 @@ func TestIngesterRunsSingleEventsOneGroupAtATime(t *testing.T) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer close(inSecondStage)
-	ingest := func(key string) {
-		wg.Go(func() {
-			_, _, release, err := g.Ingest(context.Background(), ingestRequest(p, key, ev(0)), time.Second)
-			release()
-			if err != nil {
-				t.Error(err)
-			}
-		})
-	}
+	ingest := func(key string) { ingestAccepted(t, &wg, g, ingestRequest(p, key, ev(0))) }
 	ingest("first")
 	within(t, 5*time.Second, func() bool { return storage.Groups(g) == 1 })
 	for i := range 20 {
