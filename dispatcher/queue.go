@@ -38,6 +38,7 @@ type deliveryTask struct {
 // authority, and the reconciler re-enqueues whatever did not arrive.
 type Queue struct {
 	client  *asynq.Client
+	rdb     redis.UniversalClient
 	queue   string
 	timeout time.Duration
 }
@@ -48,7 +49,7 @@ func NewQueue(rdb redis.UniversalClient, queue string, taskTimeout time.Duration
 	if queue == "" {
 		queue = DefaultQueue
 	}
-	return &Queue{client: asynq.NewClientFromRedisClient(rdb), queue: queue, timeout: taskTimeout}
+	return &Queue{client: asynq.NewClientFromRedisClient(rdb), rdb: rdb, queue: queue, timeout: taskTimeout}
 }
 
 // Enqueue schedules an automatic attempt of each delivery at its due time,
@@ -154,3 +155,50 @@ func (q *Queue) enqueueTask(ctx context.Context, task *asynq.Task, id string, at
 // when a delivery is dead, and asynq must never archive one of our tasks
 // (an archived TaskID would block the reconciler's re-enqueue).
 const maxRetry = 1 << 30
+
+// OrphanAfter is how long after its lease ran out an active task counts as
+// orphaned. A worker extends the leases of the tasks it runs every 5 s to
+// 30 s ahead, so a lease 10 s past its end has missed every extension for
+// 40 s: no worker holds the task.
+const OrphanAfter = 10 * time.Second
+
+// RecoverOrphans puts every orphaned task of the queue back in front of
+// its pending list and tells how many it moved. A task is orphaned when a
+// worker dequeued it but never ran it: Redis was killed after the dequeue
+// script ran and before its reply arrived, or the worker was killed. asynq
+// recovers such a task only after its lease plus 30 s, on a recoverer that
+// runs once a minute (60 to 120 s in all); and until then its TaskID is
+// live, so the reconciler cannot offer the delivery again. PostgreSQL's
+// claim still decides whether an attempt is made, so a task taken back from
+// a worker that was only stalled (not dead) costs a claim, not a second
+// attempt.
+//
+// It follows asynq v0.26's key layout (the lease sorted set of task ids
+// scored by expiry in Unix seconds, the active and pending lists, the task
+// hash), as its dequeue and recoverer scripts do; TestOrphanedTaskIsRecovered
+// checks the layout against asynq's own Inspector.
+func (q *Queue) RecoverOrphans(ctx context.Context, now time.Time) (int, error) {
+	prefix := "asynq:{" + q.queue + "}:"
+	n, err := recoverOrphans.Run(ctx, q.rdb, []string{prefix + "lease", prefix + "active", prefix + "pending"},
+		now.Add(-OrphanAfter).Unix(), prefix+"t:", now.UnixNano(), 1000).Int()
+	if err != nil {
+		return 0, fmt.Errorf("recover orphaned tasks: %w", err)
+	}
+	return n, nil
+}
+
+// recoverOrphans: KEYS lease, active, pending; ARGV cutoff (Unix s), task
+// key prefix, pending_since (Unix ns), most to move.
+var recoverOrphans = redis.NewScript(`
+local ids = redis.call("ZRANGEBYSCORE", KEYS[1], "-inf", "(" .. ARGV[1], "LIMIT", 0, ARGV[4])
+local n = 0
+for _, id in ipairs(ids) do
+	redis.call("ZREM", KEYS[1], id)
+	local key = ARGV[2] .. id
+	if redis.call("LREM", KEYS[2], 0, id) > 0 and redis.call("EXISTS", key) == 1 then
+		redis.call("HSET", key, "state", "pending", "pending_since", ARGV[3])
+		redis.call("RPUSH", KEYS[3], id)
+		n = n + 1
+	end
+end
+return n`)

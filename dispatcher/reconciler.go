@@ -71,14 +71,19 @@ func (r *Reconciler) Start(ctx context.Context) {
 	})
 }
 
-// RunOnce makes one pass if no other process is making one: it offers due
+// RunOnce makes one pass if no other process is making one: it puts
+// orphaned tasks back in the queue (Queue.RecoverOrphans), offers due
 // deliveries to the queue, then the pending redeliveries and runnable jobs.
 // It tells whether it ran and how many deliveries it offered.
 func (r *Reconciler) RunOnce(ctx context.Context) (ran bool, offered int, err error) {
 	ran, err = r.DB.AsLeader(ctx, "reconciler", func(ctx context.Context) error {
-		n, err := r.offerDue(ctx)
+		orphans, err := r.Queue.RecoverOrphans(ctx, time.Now()) // asynq's leases are on the wall clock
+		if orphans > 0 && r.Logger != nil {
+			r.Logger.Warn("recovered tasks that a worker dequeued and never ran", "tasks", orphans)
+		}
+		n, offerErr := r.offerDue(ctx)
 		offered = n
-		return errors.Join(err, r.enqueueRedeliveries(ctx), r.enqueueJobs(ctx))
+		return errors.Join(err, offerErr, r.enqueueRedeliveries(ctx), r.enqueueJobs(ctx))
 	})
 	return ran, offered, err
 }

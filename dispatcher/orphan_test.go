@@ -1,0 +1,74 @@
+package dispatcher_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/dispatcher"
+)
+
+// TestOrphanedTaskIsRecovered: a task a worker dequeued and never ran (the
+// dequeue's reply was lost when Redis was killed) is run again by the next
+// reconciler pass, not a minute or two later by asynq's own recoverer; a
+// task whose lease is still kept is left to its worker.
+func TestOrphanedTaskIsRecovered(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	insp := asynq.NewInspectorFromRedisClient(e.redis)
+	rc := newReceiver(t, status(http.StatusNoContent))
+	e.endpoint(rc.URL, nil)
+
+	// The queue is paused while two tasks are taken off it the way asynq's
+	// dequeue script takes them, so that the running worker cannot.
+	if err := insp.PauseQueue(dispatcher.DefaultQueue); err != nil {
+		t.Fatal(err)
+	}
+	e.publish("a", 2)
+	prefix := "asynq:{" + dispatcher.DefaultQueue + "}:"
+	now := time.Now()
+	var taken []string
+	for _, leaseEnds := range []time.Time{now.Add(-dispatcher.OrphanAfter - 2*time.Second), now.Add(30 * time.Second)} {
+		id, err := e.redis.RPopLPush(ctx, prefix+"pending", prefix+"active").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.redis.HSet(ctx, prefix+"t:"+id, "state", "active")
+		e.redis.HDel(ctx, prefix+"t:"+id, "pending_since")
+		e.redis.ZAdd(ctx, prefix+"lease", redis.Z{Score: float64(leaseEnds.Unix()), Member: id})
+		taken = append(taken, id)
+	}
+	orphan, kept := taken[0], taken[1]
+	if err := insp.UnpauseQueue(dispatcher.DefaultQueue); err != nil {
+		t.Fatal(err)
+	}
+	// asynq's own view agrees: both active, one of them orphaned.
+	active, err := insp.ListActiveTasks(dispatcher.DefaultQueue)
+	if err != nil || len(active) != 2 {
+		t.Fatalf("%d active tasks (%v), want 2", len(active), err)
+	}
+	for _, a := range active {
+		if a.IsOrphaned != (a.ID == orphan) {
+			t.Fatalf("asynq says task %s orphaned: %v", a.ID, a.IsOrphaned)
+		}
+	}
+
+	rec := &dispatcher.Reconciler{DB: e.db, Queue: e.worker.Queue, Clock: webhookd.SystemClock{}, Grace: -1}
+	if _, _, err := rec.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.waitStatus(orphan, webhookd.DeliverySucceeded, 10*time.Second)
+	info, err := insp.GetTaskInfo(dispatcher.DefaultQueue, kept)
+	if err != nil || info.State != asynq.TaskStateActive {
+		t.Fatalf("the task whose lease is kept: %v (%v); want it left active", info, err)
+	}
+	if d := e.delivery(kept); d.AttemptsCount != 0 {
+		t.Fatalf("the delivery whose task is kept had %d attempts", d.AttemptsCount)
+	}
+}
