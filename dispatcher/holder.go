@@ -164,23 +164,37 @@ func (h *holder) wake(ctx context.Context, ep string) {
 	if err != nil {
 		return
 	}
+	relook := func(id string) { // look again shortly
+		h.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.ZAdd(ctx, h.key(ep), redis.Z{Score: float64(now.Add(h.interval).UnixMilli()), Member: id})
+			p.SAdd(ctx, h.endpointsKey(), ep)
+			return nil
+		})
+	}
 	for _, id := range ids {
 		err := h.inspector.RunTask(h.queue.queue, id)
+		if errors.Is(err, asynq.ErrQueueNotFound) {
+			// A Redis that lost its data lost asynq's list of queues too,
+			// and no client adds ours again: until one does, asynq
+			// answers "no such queue" for every task in it.
+			if h.queue.Register(ctx) == nil {
+				err = h.inspector.RunTask(h.queue.queue, id)
+			}
+		}
 		switch {
 		case err == nil:
 		case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
 			// Its task is gone (Redis lost it): it is still due in PostgreSQL.
-			if err := h.queue.Enqueue(ctx, webhookd.ScheduledDelivery{ID: id, EndpointID: ep, DueAt: now}); err != nil {
+			created, err := h.queue.EnqueueCounting(ctx, webhookd.ScheduledDelivery{ID: id, EndpointID: ep, DueAt: now})
+			switch {
+			case err != nil:
 				h.log.Debug("re-enqueue of a held delivery failed; the reconciler will", "delivery_id", id, "err", err)
+			case created == 0:
+				relook(id) // its task is live after all: dropping it here would leave it asleep for holdFor
 			}
 		default:
-			// Still active (its handler has not returned yet) or pending:
-			// look again shortly.
-			h.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-				p.ZAdd(ctx, h.key(ep), redis.Z{Score: float64(now.Add(h.interval).UnixMilli()), Member: id})
-				p.SAdd(ctx, h.endpointsKey(), ep)
-				return nil
-			})
+			// Still active (its handler has not returned yet) or pending.
+			relook(id)
 		}
 	}
 }

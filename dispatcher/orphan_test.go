@@ -72,3 +72,35 @@ func TestOrphanedTaskIsRecovered(t *testing.T) {
 		t.Fatalf("the delivery whose task is kept had %d attempts", d.AttemptsCount)
 	}
 }
+
+// TestHeldDeliveryWakesAfterRedisLostItsQueueList: a Redis that lost its
+// data lost asynq's set of queues too, and asynq's client never adds a
+// queue twice, so asynq then says "no such queue" of every task. A
+// delivery held back at its endpoint's cap must still go as soon as a slot
+// frees, not sleep out its hold.
+func TestHeldDeliveryWakesAfterRedisLostItsQueueList(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *dispatcher.Config) { c.EndpointMaxInFlight = 1 })
+	ctx := context.Background()
+	release := make(chan struct{})
+	rc := newReceiver(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+		if n == 1 {
+			<-release
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	e.endpoint(rc.URL, nil)
+	ids := e.publish("a", 2)
+	insp := asynq.NewInspectorFromRedisClient(e.redis)
+	waitFor(t, 10*time.Second, "one delivery in flight, the other held back asleep", func() bool {
+		q, err := insp.GetQueueInfo(dispatcher.DefaultQueue)
+		return err == nil && q.Active == 1 && q.Retry == 1 && len(rc.requests()) == 1
+	})
+	if err := e.redis.SRem(ctx, "asynq:queues", dispatcher.DefaultQueue).Err(); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	for _, id := range ids {
+		e.waitStatus(id, webhookd.DeliverySucceeded, 10*time.Second)
+	}
+}

@@ -156,6 +156,14 @@ func (q *Queue) enqueueTask(ctx context.Context, task *asynq.Task, id string, at
 // (an archived TaskID would block the reconciler's re-enqueue).
 const maxRetry = 1 << 30
 
+// Register adds the queue to asynq's set of queues. asynq's client adds it
+// on its first enqueue and never again, so after Redis lost its data the
+// queue is missing there, and asynq's Inspector (RunTask, GetQueueInfo)
+// answers ErrQueueNotFound although its tasks run.
+func (q *Queue) Register(ctx context.Context) error {
+	return q.rdb.SAdd(ctx, "asynq:queues", q.queue).Err()
+}
+
 // OrphanAfter is how long after its lease ran out an active task counts as
 // orphaned. A worker extends the leases of the tasks it runs every 5 s to
 // 30 s ahead, so a lease 10 s past its end has missed every extension for

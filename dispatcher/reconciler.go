@@ -71,13 +71,15 @@ func (r *Reconciler) Start(ctx context.Context) {
 	})
 }
 
-// RunOnce makes one pass if no other process is making one: it puts
-// orphaned tasks back in the queue (Queue.RecoverOrphans), offers due
+// RunOnce makes one pass if no other process is making one: it registers
+// the queue with asynq again, puts orphaned tasks back in the queue (Queue.RecoverOrphans), offers due
 // deliveries to the queue, then the pending redeliveries and runnable jobs.
 // It tells whether it ran and how many deliveries it offered.
 func (r *Reconciler) RunOnce(ctx context.Context) (ran bool, offered int, err error) {
 	ran, err = r.DB.AsLeader(ctx, "reconciler", func(ctx context.Context) error {
-		orphans, err := r.Queue.RecoverOrphans(ctx, time.Now()) // asynq's leases are on the wall clock
+		err := r.Queue.Register(ctx)                                  // after Redis lost its data
+		orphans, orphanErr := r.Queue.RecoverOrphans(ctx, time.Now()) // asynq's leases are on the wall clock
+		err = errors.Join(err, orphanErr)
 		if orphans > 0 && r.Logger != nil {
 			r.Logger.Warn("recovered tasks that a worker dequeued and never ran", "tasks", orphans)
 		}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/internal/testenv"
@@ -168,9 +169,11 @@ func TestRedisLostEntirelyLosesNothing(t *testing.T) {
 		w.WriteHeader(204)
 	}))
 	t.Cleanup(rc.Close)
-	m, key := startMain(t, Roles{API: true, Worker: true}, func(c *Config) {
+	var logs lockedBuffer
+	m, key := startMainLogging(t, Roles{API: true, Worker: true}, func(c *Config) {
 		c.RedisURL, c.AllowPrivateNetworks, c.RetrySchedule = "redis://127.0.0.1:"+port+"/0", true, "1s"
-	})
+		c.LogLevel = "debug"
+	}, &logs)
 	post := func(path, body string) {
 		t.Helper()
 		req, _ := http.NewRequest("POST", "http://"+m.APIAddr+path, strings.NewReader(body))
@@ -201,6 +204,32 @@ func TestRedisLostEntirelyLosesNothing(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
+			rows, _ := m.DB.Pool().Query(context.Background(), `SELECT d.id, e.type, d.status, d.attempts_count, d.next_attempt_at, d.lease_owner IS NOT NULL FROM deliveries d JOIN events e ON e.id = d.event_id WHERE d.status <> 'succeeded'`)
+			for rows.Next() {
+				var id, typ, st string
+				var n int
+				var next *time.Time
+				var leased bool
+				_ = rows.Scan(&id, &typ, &st, &n, &next, &leased)
+				t.Logf("undelivered %s (%s): %s, %d attempts, next %v, leased %v", id, typ, st, n, next, leased)
+				rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + port})
+				ctx := context.Background()
+				t.Logf("task hash: %v", rdb.HGetAll(ctx, "asynq:{webhookd}:t:"+id).Val())
+				for _, k := range rdb.Keys(ctx, "*").Val() {
+					typ := rdb.Type(ctx, k).Val()
+					switch typ {
+					case "list":
+						t.Logf("%s list: %v", k, rdb.LRange(ctx, k, 0, -1).Val())
+					case "zset":
+						t.Logf("%s zset: %v", k, rdb.ZRangeWithScores(ctx, k, 0, -1).Val())
+					default:
+						t.Logf("%s %s", k, typ)
+					}
+				}
+				rdb.Close()
+			}
+			rows.Close()
+			t.Logf("log:\n%s", logs.String())
 			t.Fatalf("%d of 11 events delivered within 60s of Redis coming back", n)
 		}
 		time.Sleep(100 * time.Millisecond)
