@@ -3,17 +3,42 @@ package main
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
 
 // freeAddr returns 127.0.0.1:<port> for a port that was free a moment ago.
-// Another process could take it before it is used; on a bench machine that
-// is rare enough, and the start-up of whatever uses it fails loudly if so.
+// It picks below the kernel's ephemeral range (ip_local_port_range), where
+// the outgoing connections of everything running (webhookd's own to
+// PostgreSQL and Redis among them) never take a port: a port from the
+// ephemeral range, free a moment ago, was now and then some connection's
+// by the time webhookd bound it ("address already in use").
 func freeAddr() (string, error) {
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				low = n
+			}
+		}
+	}
+	const floor = 10000
+	for range 100 {
+		if low <= floor {
+			break
+		}
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(floor+rand.IntN(low-floor))))
+		if err == nil {
+			defer ln.Close()
+			return ln.Addr().String(), nil
+		}
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", fmt.Errorf("find a free port: %w", err)
