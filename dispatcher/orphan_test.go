@@ -20,17 +20,17 @@ import (
 func TestOrphanedTaskIsRecovered(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil)
+	// No worker runs while the orphan is made: the next one to start finds
+	// it in its first reconciler pass.
+	e.worker.Stop()
 	ctx := context.Background()
 	insp := asynq.NewInspectorFromRedisClient(e.redis)
 	rc := newReceiver(t, status(http.StatusNoContent))
 	e.endpoint(rc.URL, nil)
-
-	// The queue is paused while two tasks are taken off it the way asynq's
-	// dequeue script takes them, so that the running worker cannot.
-	if err := insp.PauseQueue(dispatcher.DefaultQueue); err != nil {
-		t.Fatal(err)
-	}
 	e.publish("a", 2)
+
+	// Two tasks are taken off the queue the way asynq's dequeue script
+	// takes them.
 	prefix := "asynq:{" + dispatcher.DefaultQueue + "}:"
 	now := time.Now()
 	var taken []string
@@ -45,9 +45,6 @@ func TestOrphanedTaskIsRecovered(t *testing.T) {
 		taken = append(taken, id)
 	}
 	orphan, kept := taken[0], taken[1]
-	if err := insp.UnpauseQueue(dispatcher.DefaultQueue); err != nil {
-		t.Fatal(err)
-	}
 	// asynq's own view agrees: both active, one of them orphaned.
 	active, err := insp.ListActiveTasks(dispatcher.DefaultQueue)
 	if err != nil || len(active) != 2 {
@@ -59,17 +56,10 @@ func TestOrphanedTaskIsRecovered(t *testing.T) {
 		}
 	}
 
-	// The worker's own reconciler makes a pass as it starts: this one runs
-	// once that pass has let go of the leader lock.
-	rec := &dispatcher.Reconciler{DB: e.db, Queue: e.worker.Queue, Clock: webhookd.SystemClock{}, Grace: -1}
-	waitFor(t, 10*time.Second, "a reconciler pass of our own", func() bool {
-		ran, _, err := rec.RunOnce(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ran
-	})
+	e.worker = e.startWorker()
 	e.waitStatus(orphan, webhookd.DeliverySucceeded, 10*time.Second)
+	// Another pass leaves the task whose lease is kept alone.
+	pass(t, &dispatcher.Reconciler{DB: e.db, Queue: e.worker.Queue, Clock: webhookd.SystemClock{}, Grace: -1})
 	info, err := insp.GetTaskInfo(dispatcher.DefaultQueue, kept)
 	if err != nil || info.State != asynq.TaskStateActive {
 		t.Fatalf("the task whose lease is kept: %v (%v); want it left active", info, err)
@@ -109,4 +99,17 @@ func TestHeldDeliveryWakesAfterRedisLostItsQueueList(t *testing.T) {
 	for _, id := range ids {
 		e.waitStatus(id, webhookd.DeliverySucceeded, 10*time.Second)
 	}
+}
+
+// pass makes one reconciler pass, waiting while another process's pass
+// holds the leader lock.
+func pass(t *testing.T, rec *dispatcher.Reconciler) {
+	t.Helper()
+	waitFor(t, 10*time.Second, "a reconciler pass of our own", func() bool {
+		ran, _, err := rec.RunOnce(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ran
+	})
 }
