@@ -22,13 +22,6 @@ func decodeObject(body []byte, prefix string, fields map[string]any) (map[string
 	if err := checkBody(body); err != nil {
 		return nil, err
 	}
-	return decodeMember(body, prefix, fields)
-}
-
-// decodeMember is decodeObject for a value taken from a body that passed
-// checkBody already (an item of a batch): a part of valid UTF-8 JSON is
-// valid UTF-8 JSON, so it is not scanned twice for that.
-func decodeMember(body []byte, prefix string, fields map[string]any) (map[string]bool, error) {
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(body, &obj); err != nil || obj == nil {
 		field := strings.TrimSuffix(prefix, ".")

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
-	"strconv"
 	"time"
 
 	"github.com/webhookd/webhookd"
@@ -98,7 +97,7 @@ func (s *Server) parseEvents(body []byte, batch bool) ([]storage.NewEvent, error
 	evs := make([]storage.NewEvent, len(items))
 	seen := make(map[string]int)
 	for i, raw := range items {
-		prefix := "events[" + strconv.Itoa(i) + "]."
+		prefix := fmt.Sprintf("events[%d].", i)
 		if evs[i], err = s.parseEvent(raw, prefix); err != nil {
 			return nil, err
 		}
@@ -181,11 +180,7 @@ func (s *Server) parseEvent(body []byte, prefix string) (storage.NewEvent, error
 		typ  string
 		data json.RawMessage
 	)
-	decode := decodeObject
-	if prefix != "" { // an item of a batch whose body was checked whole
-		decode = decodeMember
-	}
-	present, err := decode(body, prefix, map[string]any{
+	present, err := decodeObject(body, prefix, map[string]any{
 		"type": &typ, "data": &data, "external_id": &ev.ExternalID, "endpoint_ids": &ev.EndpointIDs,
 	})
 	if err != nil {
