@@ -72,8 +72,9 @@ func (r *Reconciler) Start(ctx context.Context) {
 }
 
 // RunOnce makes one pass if no other process is making one: it registers
-// the queue with asynq again, puts orphaned tasks back in the queue (Queue.RecoverOrphans), offers due
-// deliveries to the queue, then the pending redeliveries and runnable jobs.
+// the queue with asynq again (Queue.Register), puts orphaned tasks back in
+// the queue (Queue.RecoverOrphans), offers due deliveries to the queue,
+// then the pending redeliveries and runnable jobs.
 // It tells whether it ran and how many deliveries it offered.
 func (r *Reconciler) RunOnce(ctx context.Context) (ran bool, offered int, err error) {
 	ran, err = r.DB.AsLeader(ctx, "reconciler", func(ctx context.Context) error {
