@@ -172,6 +172,9 @@ func (c *Client) do(ctx context.Context, r *request, out any) error {
 			}
 			return nil
 		}
+		if err == nil { // a whole answer: the call's error carries it even if ctx ended meanwhile
+			last = errorFromResponse(resp, body, attempt)
+		}
 		if ctx.Err() != nil {
 			return c.stopped(r, ctx.Err(), last)
 		}
@@ -181,7 +184,6 @@ func (c *Client) do(ctx context.Context, r *request, out any) error {
 			retry = r.mode == retrySafe || isDialError(err)
 			wait = c.retry.backoff(attempt)
 		} else {
-			last = errorFromResponse(resp, body, attempt)
 			if r.deleteCall && attempt > 1 && resp.StatusCode == http.StatusNotFound {
 				return nil // an earlier try deleted it and its answer was lost
 			}

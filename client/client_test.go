@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -193,14 +194,11 @@ func TestCancelledContextStopsRetriesAtOnce(t *testing.T) {
 	s.proxy.setRule(func(n int, r *http.Request) fault {
 		return fault{status: http.StatusServiceUnavailable, retryAfter: "30"}
 	})
-	c := newClient(t, s)
+	// The context is cancelled once the client has read the first answer
+	// (its body closed), while it waits out the Retry-After: cancelling as
+	// soon as the proxy saw the request could beat the answer to the client.
 	ctx, cancel := context.WithCancel(context.Background())
-	go func() {
-		for len(s.proxy.requests()) == 0 {
-			time.Sleep(5 * time.Millisecond) // poll for the first try
-		}
-		cancel()
-	}()
+	c := newClient(t, s, client.WithHTTPClient(&http.Client{Transport: cancelAfterAnswer{http.DefaultTransport, cancel}}))
 	start := time.Now()
 	_, err := c.SendEvent(ctx, event("x.y"))
 	if took := time.Since(start); took > 2*time.Second {
@@ -274,4 +272,29 @@ func TestPacingStaysUnderTheLimit(t *testing.T) {
 	if n429 > 0 || s.count(t, "events") != 3*limit {
 		t.Fatalf("%d answers were 429; %d events, want %d", n429, s.count(t, "events"), 3*limit)
 	}
+}
+
+// cancelAfterAnswer calls cancel when the body of an answer is closed.
+type cancelAfterAnswer struct {
+	next   http.RoundTripper
+	cancel context.CancelFunc
+}
+
+func (c cancelAfterAnswer) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := c.next.RoundTrip(r)
+	if err == nil {
+		resp.Body = cancelOnClose{resp.Body, c.cancel}
+	}
+	return resp, err
+}
+
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (c cancelOnClose) Close() error {
+	err := c.ReadCloser.Close()
+	c.cancel()
+	return err
 }
