@@ -68,12 +68,7 @@ func (h *holder) endpointsKey() string { return h.prefix + "endpoints" }
 // hold parks delivery id of endpoint ep until at (or until the endpoint
 // has room) and returns what the task's handler returns: a retry far off.
 func (h *holder) hold(ctx context.Context, ep, id string, at time.Time, reason string) error {
-	_, err := h.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.ZAdd(ctx, h.key(ep), redis.Z{Score: float64(at.UnixMilli()), Member: id})
-		p.SAdd(ctx, h.endpointsKey(), ep)
-		return nil
-	})
-	if err != nil { // cannot hold it: try again soon instead
+	if err := h.park(ctx, ep, id, at); err != nil { // cannot hold it: try again soon instead
 		return &RetryAt{At: h.clock.Now().Add(time.Second), Reason: reason}
 	}
 	h.mu.Lock()
@@ -81,6 +76,17 @@ func (h *holder) hold(ctx context.Context, ep, id string, at time.Time, reason s
 	h.mu.Unlock()
 	h.held.WithLabelValues(reason).Inc()
 	return &RetryAt{At: h.clock.Now().Add(holdFor), Reason: "held back: " + reason}
+}
+
+// park puts delivery id in ep's sorted set, to be woken at at or when ep
+// has room.
+func (h *holder) park(ctx context.Context, ep, id string, at time.Time) error {
+	_, err := h.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.ZAdd(ctx, h.key(ep), redis.Z{Score: float64(at.UnixMilli()), Member: id})
+		p.SAdd(ctx, h.endpointsKey(), ep)
+		return nil
+	})
+	return err
 }
 
 // setRate records ep's rate_limit_per_second (nil: none).
@@ -164,13 +170,7 @@ func (h *holder) wake(ctx context.Context, ep string) {
 	if err != nil {
 		return
 	}
-	relook := func(id string) { // look again shortly
-		h.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			p.ZAdd(ctx, h.key(ep), redis.Z{Score: float64(now.Add(h.interval).UnixMilli()), Member: id})
-			p.SAdd(ctx, h.endpointsKey(), ep)
-			return nil
-		})
-	}
+	relook := func(id string) { h.park(ctx, ep, id, now.Add(h.interval)) } // look again shortly
 	for _, id := range ids {
 		err := h.inspector.RunTask(h.queue.queue, id)
 		if errors.Is(err, asynq.ErrQueueNotFound) {

@@ -204,34 +204,47 @@ func TestRedisLostEntirelyLosesNothing(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			rows, _ := m.DB.Pool().Query(context.Background(), `SELECT d.id, e.type, d.status, d.attempts_count, d.next_attempt_at, d.lease_owner IS NOT NULL FROM deliveries d JOIN events e ON e.id = d.event_id WHERE d.status <> 'succeeded'`)
-			for rows.Next() {
-				var id, typ, st string
-				var n int
-				var next *time.Time
-				var leased bool
-				_ = rows.Scan(&id, &typ, &st, &n, &next, &leased)
-				t.Logf("undelivered %s (%s): %s, %d attempts, next %v, leased %v", id, typ, st, n, next, leased)
-				rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + port})
-				ctx := context.Background()
-				t.Logf("task hash: %v", rdb.HGetAll(ctx, "asynq:{webhookd}:t:"+id).Val())
-				for _, k := range rdb.Keys(ctx, "*").Val() {
-					typ := rdb.Type(ctx, k).Val()
-					switch typ {
-					case "list":
-						t.Logf("%s list: %v", k, rdb.LRange(ctx, k, 0, -1).Val())
-					case "zset":
-						t.Logf("%s zset: %v", k, rdb.ZRangeWithScores(ctx, k, 0, -1).Val())
-					default:
-						t.Logf("%s %s", k, typ)
-					}
-				}
-				rdb.Close()
-			}
-			rows.Close()
-			t.Logf("log:\n%s", logs.String())
+			reportUndelivered(t, m, port, logs.String())
 			t.Fatalf("%d of 11 events delivered within 60s of Redis coming back", n)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// reportUndelivered logs what a failed Redis drill left: the deliveries not
+// yet succeeded, every key of its Redis (the asynq queue's lists and sets
+// among them), and the process's log.
+func reportUndelivered(t *testing.T, m *Main, redisPort, log string) {
+	t.Helper()
+	ctx := context.Background()
+	rows, err := m.DB.Pool().Query(ctx, `SELECT d.id, e.type, d.status, d.attempts_count, d.next_attempt_at,
+		d.lease_owner IS NOT NULL FROM deliveries d JOIN events e ON e.id = d.event_id WHERE d.status <> 'succeeded'`)
+	if err == nil {
+		for rows.Next() {
+			var (
+				id, typ, status string
+				attempts        int
+				next            *time.Time
+				leased          bool
+			)
+			_ = rows.Scan(&id, &typ, &status, &attempts, &next, &leased)
+			t.Logf("undelivered %s (%s): %s, %d attempts, next %v, leased %v", id, typ, status, attempts, next, leased)
+		}
+		rows.Close()
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + redisPort})
+	defer rdb.Close()
+	for _, k := range rdb.Keys(ctx, "*").Val() {
+		switch typ := rdb.Type(ctx, k).Val(); typ {
+		case "list":
+			t.Logf("redis %s: list %v", k, rdb.LRange(ctx, k, 0, -1).Val())
+		case "zset":
+			t.Logf("redis %s: zset %v", k, rdb.ZRangeWithScores(ctx, k, 0, -1).Val())
+		case "hash":
+			t.Logf("redis %s: hash of %d fields, state %q", k, rdb.HLen(ctx, k).Val(), rdb.HGet(ctx, k, "state").Val())
+		default:
+			t.Logf("redis %s: %s", k, typ)
+		}
+	}
+	t.Logf("log:\n%s", log)
 }
