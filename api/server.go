@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/internal/warm"
 	"github.com/webhookd/webhookd/storage"
 )
 
@@ -141,7 +142,10 @@ type Server struct {
 	ingester *storage.Ingester
 	// work counts the requests whose handlers still run, including
 	// those answered already and still handing deliveries to the queue.
-	work    sync.WaitGroup
+	work sync.WaitGroup
+	// warm runs the handlers (timeout.go) on goroutines that outlive a
+	// request, so their stacks grow once rather than on every request.
+	warm    *warm.Pool
 	keys    *keyCache
 	stop    context.CancelFunc // ends the key-revocation watch
 	mux     *http.ServeMux
@@ -157,7 +161,8 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, db: cfg.DB, log: cfg.Logger, clock: cfg.Clock, mux: http.NewServeMux(), keys: newKeyCache()}
+	s := &Server{cfg: cfg, db: cfg.DB, log: cfg.Logger, clock: cfg.Clock, mux: http.NewServeMux(), keys: newKeyCache(),
+		warm: warm.New(time.Minute)}
 	var err error
 	if s.limiter, err = newRateLimiter(cfg.Redis, cfg.RateLimitPrefix, cfg.RedisTimeout, cfg.Logger, cfg.Metrics); err != nil {
 		return nil, err

@@ -85,7 +85,7 @@ func (s *Server) bounded(h http.Handler) (http.Handler, error) {
 			}
 		}
 		s.work.Add(1)
-		go func() {
+		s.warm.Go(func() {
 			defer s.work.Done()
 			defer cancel()
 			defer func() {
@@ -99,7 +99,7 @@ func (s *Server) bounded(h http.Handler) (http.Handler, error) {
 				}
 			}()
 			h.ServeHTTP(bw, inner)
-		}()
+		})
 		select {
 		case p := <-done:
 			if p != nil {

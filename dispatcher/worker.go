@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/internal/warm"
 	"github.com/webhookd/webhookd/storage"
 )
 
@@ -149,6 +150,9 @@ type Worker struct {
 	reconciler *Reconciler
 	retention  *Retention
 	holder     *holder
+	// warm runs attempts on goroutines that outlive a task: asynq starts
+	// one per task, and an attempt's call path grew each one's stack anew.
+	warm *warm.Pool
 }
 
 // NewWorker builds a Worker from cfg (after WithDefaults).
@@ -173,7 +177,7 @@ func NewWorker(cfg Config) (*Worker, error) {
 		log: cfg.Logger, limiter: redis_rate.NewLimiter(cfg.Redis), prefix: cfg.RateLimitPrefix, metrics: m,
 		bodyTimeout: cfg.HTTP.ResponseTimeout, attemptTimeout: cfg.AttemptTimeout(), lease: cfg.Lease(),
 		gate: g, holder: newHolder(cfg.Redis, q, g, cfg.Clock, cfg.Logger, m.held)}
-	w := &Worker{cfg: cfg, Deliverer: d, Queue: q, holder: d.holder,
+	w := &Worker{cfg: cfg, Deliverer: d, Queue: q, holder: d.holder, warm: warm.New(time.Minute),
 		reconciler: &Reconciler{DB: cfg.DB, Queue: q, Interval: cfg.ReconcileInterval, Grace: cfg.ReconcileGrace,
 			Clock: cfg.Clock, Logger: cfg.Logger, Observe: m.observeReconcile, Offered: m.offered.Add, Reenqueued: m.reenqueued.Add},
 		retention: &Retention{DB: cfg.DB, Keep: cfg.Retention, Interval: cfg.RetentionInterval, Clock: cfg.Clock,
@@ -238,8 +242,11 @@ func (w *Worker) handleDelivery(ctx context.Context, t *asynq.Task) error {
 		w.cfg.Logger.Error("dropping a delivery task with a bad payload", "err", err)
 		return nil
 	}
-	_, err := w.Deliverer.Attempt(ctx, Request{DeliveryID: p.DeliveryID, EndpointID: p.EndpointID, Manual: p.Manual,
-		RequestID: p.RequestID, By: p.By})
+	var err error
+	w.warm.Run(func() {
+		_, err = w.Deliverer.Attempt(ctx, Request{DeliveryID: p.DeliveryID, EndpointID: p.EndpointID, Manual: p.Manual,
+			RequestID: p.RequestID, By: p.By})
+	})
 	if errors.Is(err, ErrEndpointDisabled) {
 		return nil // logged; a manual attempt is not retried
 	}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/webhookd/webhookd/internal/warm"
 )
 
 const (
@@ -36,6 +38,9 @@ type Client struct {
 	mu      sync.Mutex
 	pending []*call
 	running int // goroutines running batches; each exits when none is pending
+	// warm runs them on goroutines that outlive a batch: a pipeline's call
+	// path grew the stack of a goroutine made per batch anew each time.
+	warm *warm.Pool
 }
 
 // call is one script call waiting for its batch.
@@ -47,10 +52,11 @@ type call struct {
 
 // Wrap returns rdb with EvalSha, Eval, EvalShaRO and EvalRO calls that arrive
 // while another batch is in flight sent together in one pipeline. A call with
-// nothing in flight is sent at once. Every other method is rdb's own. Wrap
-// starts no goroutine that outlives the calls, so closing rdb is enough.
+// nothing in flight is sent at once. Every other method is rdb's own. The
+// goroutines Wrap starts exit a minute after the last call, so closing rdb
+// is enough.
 func Wrap(rdb redis.UniversalClient) *Client {
-	return &Client{UniversalClient: rdb}
+	return &Client{UniversalClient: rdb, warm: warm.New(time.Minute)}
 }
 
 // EvalSha runs EVALSHA in the next batch. It returns the command's own
@@ -94,7 +100,7 @@ func (c *Client) do(ctx context.Context, cmd *redis.Cmd) *redis.Cmd {
 	}
 	c.mu.Unlock()
 	if start {
-		go c.run()
+		c.warm.Go(c.run)
 	}
 
 	select {
