@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/webhookd/webhookd/internal/warm"
 )
 
 // errBatcherStopped is what Do returns once the batcher has stopped.
@@ -26,6 +28,7 @@ type batcher[T, R any] struct {
 	stop    chan struct{}
 	wg      sync.WaitGroup
 	once    sync.Once
+	warm    *warm.Pool // runs the flushes, on stacks grown by the ones before
 }
 
 type batchItem[T, R any] struct {
@@ -41,7 +44,7 @@ type batchResult[R any] struct {
 // newBatcher starts a batcher running up to flushers flushes at once.
 func newBatcher[T, R any](max, flushers int, linger, timeout time.Duration, flush func(context.Context, []T) ([]R, error)) *batcher[T, R] {
 	b := &batcher[T, R]{flush: flush, max: max, linger: linger, timeout: timeout, in: make(chan batchItem[T, R], 4*max),
-		slots: make(chan struct{}, flushers), stop: make(chan struct{})}
+		slots: make(chan struct{}, flushers), stop: make(chan struct{}), warm: warm.New(time.Minute)}
 	b.wg.Add(1)
 	go b.run()
 	return b
@@ -98,11 +101,11 @@ func (b *batcher[T, R]) run() {
 		}
 		linger.Stop()
 		flushes.Add(1)
-		go func() {
+		b.warm.Go(func() {
 			defer flushes.Done()
 			defer func() { <-b.slots }()
 			b.write(items)
-		}()
+		})
 	}
 }
 

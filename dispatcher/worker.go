@@ -236,17 +236,22 @@ func (w *Worker) Stop() {
 	w.Deliverer.claims, w.Deliverer.records = nil, nil
 }
 
+// handleDelivery makes the attempt a delivery task asks for, on a warm
+// goroutine (asynq runs each task on a new one).
 func (w *Worker) handleDelivery(ctx context.Context, t *asynq.Task) error {
+	var err error
+	w.warm.Run(func() { err = w.deliver(ctx, t) })
+	return err
+}
+
+func (w *Worker) deliver(ctx context.Context, t *asynq.Task) error {
 	var p deliveryTask
 	if err := json.Unmarshal(t.Payload(), &p); err != nil {
 		w.cfg.Logger.Error("dropping a delivery task with a bad payload", "err", err)
 		return nil
 	}
-	var err error
-	w.warm.Run(func() {
-		_, err = w.Deliverer.Attempt(ctx, Request{DeliveryID: p.DeliveryID, EndpointID: p.EndpointID, Manual: p.Manual,
-			RequestID: p.RequestID, By: p.By})
-	})
+	_, err := w.Deliverer.Attempt(ctx, Request{DeliveryID: p.DeliveryID, EndpointID: p.EndpointID, Manual: p.Manual,
+		RequestID: p.RequestID, By: p.By})
 	if errors.Is(err, ErrEndpointDisabled) {
 		return nil // logged; a manual attempt is not retried
 	}

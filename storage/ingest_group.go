@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/internal/warm"
 )
 
 // IngestRequest is one event request behind an Idempotency-Key, as an
@@ -52,6 +53,7 @@ type Ingester struct {
 	fast    int64                  // groups committed in one round trip (guarded by mu; for tests)
 
 	endpoints endpointCache // for one-round-trip groups (ingest_fast.go)
+	warm      *warm.Pool    // runs the groups, on stacks grown by the ones before
 
 	beforeGroup func(n int) // tests: called as a group of n begins
 	afterOpen   func()      // tests: called once a group's first round trip is back and the next may begin
@@ -69,7 +71,8 @@ type Ingester struct {
 // second (writes and commit); after a group that commits in one round
 // trip (commitFast), as soon as that is sent.
 func (db *DB) NewIngester(parallel int) *Ingester {
-	return &Ingester{db: db, parallel: max(parallel, 1), maxEvents: 2000, keys: map[ikey]chan struct{}{}}
+	return &Ingester{db: db, parallel: max(parallel, 1), maxEvents: 2000, keys: map[ikey]chan struct{}{},
+		warm: warm.New(time.Minute)}
 }
 
 type ikey struct{ project, key string }
@@ -175,7 +178,7 @@ func (g *Ingester) startLocked() {
 	g.running++
 	g.opening = true
 	g.groups++
-	go g.run(group)
+	g.warm.Go(func() { g.run(group) })
 }
 
 // largeBacklog is how many waiting events begin a group beside those in

@@ -4,12 +4,19 @@
 // round trip, a JSON decode, a database batch) grows it by copying, again
 // and again, for every goroutine made per task or per request: in webhookd
 // under load that copying was close to a tenth of the process's CPU. A
-// goroutine of a Pool keeps its grown stack from one function to the next
-// (until the garbage collector shrinks it, at most by half per cycle), so
-// the growth is paid once per goroutine rather than once per call.
+// goroutine of a Pool keeps its grown stack from one function to the next,
+// so the growth is paid once per goroutine rather than once per call.
+//
+// The garbage collector halves the stack of a goroutine that uses little
+// of it when a cycle finds it waiting, so the pool hands work to the
+// goroutine that finished last (LIFO): the few it needs at a time stay
+// busy and keep their stacks, and the rest wait, shrink and exit, where a
+// channel shared by all (FIFO) would spread the work over every goroutine
+// and have each regrow its stack after every cycle.
 package warm
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -20,38 +27,41 @@ import (
 // pool grows to the concurrency its callers need and shrinks when they
 // need less. The zero Pool is not usable; make one with New.
 type Pool struct {
-	work chan func()
-	idle time.Duration
-	live atomic.Int64 // goroutines of the pool, busy or waiting
+	idleFor time.Duration
+	live    atomic.Int64 // goroutines of the pool, busy or waiting
+
+	mu   sync.Mutex
+	idle []*worker // waiting, the one that finished last on top
+}
+
+// worker is one goroutine of a Pool; whoever takes it off the idle stack
+// sends it one job.
+type worker struct{ work chan job }
+
+// job is a function to run; done, when set, takes f's panic (or nil) once
+// the worker is back on the idle stack, so that a caller that goes on to
+// its next Run finds it there.
+type job struct {
+	f    func()
+	done chan any
 }
 
 // New returns a Pool whose goroutines exit after waiting idle for a function.
 func New(idle time.Duration) *Pool {
-	return &Pool{work: make(chan func()), idle: idle}
+	return &Pool{idleFor: idle}
 }
 
-// Go runs f on a waiting goroutine of the pool, or on a new one when none
-// is waiting. A panic in f is f's to recover, as in a go statement.
-func (p *Pool) Go(f func()) {
-	select {
-	case p.work <- f:
-	default:
-		p.live.Add(1)
-		go p.serve(f)
-	}
-}
+// Go runs f on the goroutine of the pool that finished last, or on a new
+// one when none is waiting. A panic in f is f's to recover, as in a go
+// statement.
+func (p *Pool) Go(f func()) { p.start(job{f: f}) }
 
 // Run runs f on a goroutine of the pool and returns when f does. A panic
 // in f is raised again in Run's caller, so f behaves as if called in
 // place (deferred recovers of the caller see it).
 func (p *Pool) Run(f func()) {
 	done := make(chan any, 1)
-	p.Go(func() {
-		// A runtime.Goexit in f also runs this, with nothing to recover:
-		// the caller goes on rather than waiting for ever.
-		defer func() { done <- recover() }()
-		f()
-	})
+	p.start(job{f: f, done: done})
 	if v := <-done; v != nil {
 		panic(v)
 	}
@@ -60,18 +70,69 @@ func (p *Pool) Run(f func()) {
 // Live is the number of goroutines the pool has now, busy or waiting.
 func (p *Pool) Live() int { return int(p.live.Load()) }
 
-func (p *Pool) serve(f func()) {
+func (p *Pool) start(j job) {
+	p.mu.Lock()
+	if n := len(p.idle); n > 0 {
+		w := p.idle[n-1]
+		p.idle[n-1] = nil
+		p.idle = p.idle[:n-1]
+		p.mu.Unlock()
+		w.work <- j // buffered: never waits
+		return
+	}
+	p.mu.Unlock()
+	p.live.Add(1)
+	go p.serve(&worker{work: make(chan job, 1)}, j)
+}
+
+func (p *Pool) serve(w *worker, j job) {
 	defer p.live.Add(-1)
-	f()
-	t := time.NewTimer(p.idle)
+	t := time.NewTimer(p.idleFor)
 	defer t.Stop()
 	for {
-		select {
-		case f := <-p.work:
-			f()
-			t.Reset(p.idle)
-		case <-t.C:
-			return
+		v := j.run()
+		p.mu.Lock()
+		p.idle = append(p.idle, w)
+		p.mu.Unlock()
+		if j.done != nil {
+			j.done <- v
 		}
+		t.Reset(p.idleFor)
+		select {
+		case j = <-w.work:
+			continue
+		case <-t.C:
+		}
+		p.mu.Lock()
+		for i, x := range p.idle {
+			if x == w { // still waiting: leave
+				p.idle = append(p.idle[:i], p.idle[i+1:]...)
+				p.mu.Unlock()
+				return
+			}
+		}
+		p.mu.Unlock()
+		j = <-w.work // taken just as its time ran out: its job is on the way
 	}
+}
+
+// run calls j.f. For a Run it returns f's panic, recovered; should f call
+// runtime.Goexit, this goroutine ends, and the caller is told so (nil)
+// rather than left waiting.
+func (j job) run() (panicked any) {
+	if j.done == nil {
+		j.f()
+		return nil
+	}
+	returned := false
+	defer func() {
+		if !returned {
+			if panicked = recover(); panicked == nil { // Goexit
+				j.done <- nil
+			}
+		}
+	}()
+	j.f()
+	returned = true
+	return nil
 }

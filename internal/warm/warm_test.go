@@ -50,6 +50,40 @@ func TestGoNeverWaitsForABusyGoroutine(t *testing.T) {
 	close(release)
 }
 
+func TestWorkGoesToTheGoroutineThatFinishedLast(t *testing.T) {
+	p := New(time.Minute)
+	release := make(chan struct{})
+	var started, finished sync.WaitGroup
+	started.Add(3)
+	finished.Add(3)
+	for range 3 { // three goroutines, busy at once
+		p.Go(func() { defer finished.Done(); started.Done(); <-release })
+	}
+	started.Wait()
+	close(release)
+	finished.Wait()
+	waitFor(t, "the three to wait", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return len(p.idle) == 3
+	})
+	p.mu.Lock()
+	last := p.idle[2]
+	p.mu.Unlock()
+	for range 10 { // one caller at a time: always the same goroutine
+		p.Run(func() {})
+		p.mu.Lock()
+		top := p.idle[len(p.idle)-1]
+		p.mu.Unlock()
+		if top != last {
+			t.Fatal("a call went to a goroutine other than the one that finished last")
+		}
+	}
+	if got := p.Live(); got != 3 {
+		t.Fatalf("%d goroutines, want 3", got)
+	}
+}
+
 func TestIdleGoroutinesExit(t *testing.T) {
 	p := New(10 * time.Millisecond)
 	var wg sync.WaitGroup
