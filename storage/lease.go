@@ -2,11 +2,11 @@ package storage
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/webhookd/webhookd"
 )
@@ -189,9 +189,7 @@ func (db *DB) RecordAttempts(ctx context.Context, rs []Record) ([]bool, error) {
 				autos[i]++
 			}
 			num, dur := int32(a.Number), a.DurationMS
-			reqH, _ := json.Marshal(a.RequestHeaders)
-			respH, _ := json.Marshal(a.ResponseHeaders)
-			rh, sh := string(reqH), string(respH)
+			rh, sh := string(appendHeadersJSON(nil, a.RequestHeaders)), string(appendHeadersJSON(nil, a.ResponseHeaders))
 			aNumbers[i], aReqIDs[i], aURLs[i], aTriggers[i], aBodies[i] = &num, &a.RequestID, &a.URL, &a.Trigger, &a.ResponseBody
 			aDurations[i], aStarted[i], aReqH[i], aRespH[i] = &dur, &a.StartedAt, &rh, &sh
 		}
@@ -255,8 +253,13 @@ func (db *DB) RecordAttempts(ctx context.Context, rs []Record) ([]bool, error) {
 			FROM r JOIN u ON u.id = r.id WHERE p.id = u.endpoint_id AND r.disable AND p.status = 'active'
 		)
 		SELECT id FROM u`,
-		ids, tokens, statuses, counts, autos, nexts, codes, errTexts, manualDone, dlOps, dlIDs, dlReasons, replayedBy, disable,
-		nows, aNumbers, aReqIDs, aURLs, aTriggers, aDurations, aStarted, aReqH, aRespH, aBodies).Query(func(rows pgx.Rows) (err error) {
+		// The columns of pointers go as pgtype.FlatArray: as plain slices
+		// pgx would encode them through reflection, boxing every element.
+		ids, tokens, statuses, counts, autos, pgtype.FlatArray[*time.Time](nexts), pgtype.FlatArray[*int](codes),
+		pgtype.FlatArray[*string](errTexts), manualDone, dlOps, dlIDs, dlReasons, replayedBy, disable,
+		nows, pgtype.FlatArray[*int32](aNumbers), pgtype.FlatArray[*string](aReqIDs), pgtype.FlatArray[*string](aURLs),
+		pgtype.FlatArray[*string](aTriggers), pgtype.FlatArray[*int64](aDurations), pgtype.FlatArray[*time.Time](aStarted),
+		pgtype.FlatArray[*string](aReqH), pgtype.FlatArray[*string](aRespH), pgtype.FlatArray[*string](aBodies)).Query(func(rows pgx.Rows) (err error) {
 		applied, err = pgx.CollectRows(rows, pgx.RowTo[string])
 		return err
 	})
