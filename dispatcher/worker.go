@@ -196,16 +196,24 @@ func NewWorker(cfg Config) (*Worker, error) {
 	return w, nil
 }
 
+// batchLinger is how long a claim or record flush waits for more after its
+// first. Each flush is one statement, and PostgreSQL pays for a statement
+// (its executor, its tables' constraints read from text) whatever rows it
+// carries: in the ingest benchmark 5 ms took 4.5% more events per second
+// than 2 ms (3 of 3 paired runs) and webhookd less CPU; it adds at most
+// 3 ms to a delivery.
+const batchLinger = 5 * time.Millisecond
+
 // Start begins processing and reconciling.
 func (w *Worker) Start(ctx context.Context) error {
 	d := w.Deliverer
 	claimSize, recordSize := d.metrics.groups.WithLabelValues("claim"), d.metrics.groups.WithLabelValues("record")
-	d.claims = newBatcher(256, 1, 2*time.Millisecond, 30*time.Second, func(ctx context.Context, cs []storage.Claim) ([]storage.Lease, error) {
+	d.claims = newBatcher(256, 1, batchLinger, 30*time.Second, func(ctx context.Context, cs []storage.Claim) ([]storage.Lease, error) {
 		claimSize.Observe(float64(len(cs)))
 		now := d.clock.Now()
 		return d.db.ClaimDeliveries(ctx, now, now.Add(d.lease), cs)
 	})
-	d.records = newBatcher(256, 1, 2*time.Millisecond, 30*time.Second, func(ctx context.Context, rs []storage.Record) ([]bool, error) {
+	d.records = newBatcher(256, 1, batchLinger, 30*time.Second, func(ctx context.Context, rs []storage.Record) ([]bool, error) {
 		recordSize.Observe(float64(len(rs)))
 		return d.db.RecordAttempts(ctx, rs)
 	})
