@@ -190,9 +190,7 @@ func (g *Ingester) commitFast(ctx context.Context, conn pgxConn, group []*ingest
 	}
 
 	claimed := map[ikey]bool{}
-	var tag pgconn.CommandTag
 	b := &pgx.Batch{}
-	b.Queue("BEGIN")
 	b.Queue(`SELECT set_config('lock_timeout', '200', true), ` + genericPlans)
 	// A changed digest fails the cast, and with it the transaction.
 	b.Queue(`SELECT CASE WHEN x.d <> t.digest THEN (t.prj || ': endpoints changed')::int END
@@ -233,24 +231,17 @@ func (g *Ingester) commitFast(ctx context.Context, conn pgxConn, group []*ingest
 		_, err := pgx.ForEachRow(r, []any{&k.project, &k.key}, func() error { claimed[k] = true; return nil })
 		return err
 	})
-	b.Queue("COMMIT").Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
 	opened()
+	// The batch is one implicit transaction (no BEGIN, no COMMIT: two
+	// statements fewer a group): it commits at the batch's end, or, when a
+	// statement fails, PostgreSQL skips the rest and rolls it all back.
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		// PostgreSQL skipped the rest of the batch, COMMIT included: the
-		// transaction is still open, and failed.
-		if _, rerr := conn.Exec(ctx, "ROLLBACK"); rerr != nil {
-			err = errors.Join(err, rerr)
-		}
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && pe.Code == "22P02" && strings.Contains(pe.Message, "endpoints changed") {
 			err = errEndpointsChanged
 		}
 		g.endpoints.forget(projects)
 		return true, err
-	}
-	if tag.String() != "COMMIT" {
-		g.endpoints.forget(projects)
-		return true, pgx.ErrTxCommitRollback
 	}
 	for i, c := range group {
 		if claimed[c.k] {
