@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -20,33 +19,19 @@ const MaxBatchEvents = 1000
 var eventTypePattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
 
 // events serves POST /v1/events (batch false) and POST /v1/events/batch
-// (all events or none) as idempotent would, with the work committed in a
-// transaction shared with concurrent requests (storage.Ingester). What a
-// group cannot take (a replay, a bad body, a group that failed) runs alone.
+// (all events or none): every event request goes through the Ingester,
+// which claims its key, writes its events and remembers its response in a
+// transaction shared with concurrent requests. A body that does not parse
+// is remembered for its key as its 400.
 func (s *Server) events(limit int64, batch bool) func(http.ResponseWriter, *http.Request, *call) {
-	alone := func(c *call) (int, any, error) {
-		evs, err := s.parseEvents(c.body, batch)
-		if err != nil {
-			return 0, nil, err
-		}
-		out, err := s.ingest(c, evs, batch)
-		if err != nil {
-			return 0, nil, err
-		}
-		return http.StatusAccepted, eventsOut(out, batch), nil
-	}
 	return func(w http.ResponseWriter, r *http.Request, c *call) {
 		ik, ok := s.idempotencyKey(w, c, limit)
 		if !ok {
 			return
 		}
-		evs, err := s.parseEvents(c.body, batch)
-		if err != nil || s.ingester == nil {
-			s.runIdempotent(w, c, ik, alone)
-			return
-		}
+		evs, invalid := s.parseEvents(c.body, batch)
 		now := s.clock.Now()
-		resp, out, release, err := s.ingester.Ingest(c.ctx, storage.IngestRequest{Key: ik, Events: evs, Now: now,
+		res, err := s.ingester.Ingest(c.ctx, storage.IngestRequest{Key: ik, Events: evs, Invalid: invalid, Now: now,
 			FieldPrefix: fieldPrefixer(batch),
 			Render: func(out []webhookd.Event, err error) (storage.StoredResponse, error) {
 				if err != nil {
@@ -56,19 +41,14 @@ func (s *Server) events(limit int64, batch bool) func(http.ResponseWriter, *http
 				body, err := marshalJSON(eventsOut(out, batch))
 				return storage.StoredResponse{StatusCode: http.StatusAccepted, ContentType: "application/json", Body: body}, err
 			}}, s.cfg.IdempotencyWait)
-		switch {
-		case errors.Is(err, storage.ErrIngestAlone):
-			defer release()
-			s.runIdempotent(w, c, ik, alone)
-			return
-		case err != nil:
+		if err != nil {
 			s.failIdempotent(w, c, err)
 			return
 		}
-		if out != nil {
-			c.afterCommit = func(ctx context.Context) { s.enqueue(ctx, now, out) }
+		if res.Events != nil {
+			c.afterCommit = func(ctx context.Context) { s.enqueue(ctx, now, res.Events) }
 		}
-		s.writeStored(w, c, resp, false)
+		s.writeStored(w, c, res.Response, res.Replayed)
 	}
 }
 
@@ -148,19 +128,6 @@ func fieldPrefixer(batch bool) func(int) string {
 		}
 		return fmt.Sprintf("events[%d].", i)
 	}
-}
-
-// ingest writes the events and, after the response commits, hands their
-// deliveries to the queue.
-// In a batch, fields are named events[i].field.
-func (s *Server) ingest(c *call, evs []storage.NewEvent, batch bool) ([]webhookd.Event, error) {
-	now := s.clock.Now()
-	out, err := c.store.CreateEvents(c.ctx, c.project.ID, evs, now, fieldPrefixer(batch))
-	if err != nil {
-		return nil, err
-	}
-	c.afterCommit = func(ctx context.Context) { s.enqueue(ctx, now, out) }
-	return out, nil
 }
 
 // enqueueDeadline bounds handing a request's deliveries to the queue: a

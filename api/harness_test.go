@@ -232,3 +232,13 @@ func (h *harness) createEndpoint(body map[string]any) map[string]any {
 	expectStatus(h.t, r, http.StatusCreated)
 	return r.json(h.t)
 }
+
+// projectOf returns the id of the project key belongs to.
+func (h *harness) projectOf(key string) string {
+	h.t.Helper()
+	var id string
+	if err := h.db.Pool().QueryRow(context.Background(), `SELECT project_id FROM api_keys WHERE prefix = $1`, key[:8]).Scan(&id); err != nil {
+		h.t.Fatal(err)
+	}
+	return id
+}

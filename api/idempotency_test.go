@@ -3,7 +3,7 @@ package api_test
 import (
 	"bytes"
 	"context"
-	"fmt"
+	"crypto/sha256"
 	"net/http"
 	"strings"
 	"sync"
@@ -205,28 +205,31 @@ func TestIdempotencyConcurrentRepeats(t *testing.T) {
 	}
 }
 
+// TestIdempotencyInProgress: a repeat of a request still running (here, in
+// another process, holding its key) waits for it once, for the configured
+// wait in all, then answers 409 with Retry-After: 5; once the first has
+// committed, a repeat replays it.
 func TestIdempotencyInProgress(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, func(c *api.Config) { c.IdempotencyWait = 300 * time.Millisecond })
-	ctx := context.Background()
-	// Insert, uncommitted, an event with the external_id the first request
-	// uses: its own insert then waits for this transaction, after it
-	// claimed the key.
-	tx, err := h.db.Pool().Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, `INSERT INTO events (id, project_id, type, data, external_id, created_at)
-		SELECT 'evt_HELD', project_id, 'a', '1', 'held', now() FROM api_keys WHERE prefix = $1`, h.key[:8]); err != nil {
-		t.Fatal(err)
-	}
-	const eventBody = `{"type":"a","data":1,"external_id":"held"}`
-	first := make(chan response, 1)
-	go func() { first <- h.do(req{method: "POST", path: "/v1/events", body: eventBody, idem: "slow"}) }()
-	waitFor(t, func() bool { return pgWaiting(t, h) >= 1 }) // the first holds the key and waits on the lock
-
+	const wait = time.Second
+	h := newHarness(t, func(c *api.Config) { c.IdempotencyWait = wait })
+	project := h.projectOf(h.key)
+	k := storage.IdempotencyKey{ProjectID: project, Key: "slow", TTL: time.Hour,
+		Fingerprint: sha256.Sum256([]byte("POST /v1/events\n" + eventBody))}
+	claimed, finish, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		_, _, err := h.db.WithIdempotency(context.Background(), k, time.Now(), time.Second,
+			func(*storage.Store) (storage.StoredResponse, error) {
+				close(claimed)
+				<-finish
+				return storage.StoredResponse{StatusCode: 202, ContentType: "application/json", Body: []byte(`{"first":true}`)}, nil
+			})
+		done <- err
+	}()
+	<-claimed
+	start := time.Now()
 	r := h.do(req{method: "POST", path: "/v1/events", body: eventBody, idem: "slow"})
+	took := time.Since(start)
 	expectStatus(t, r, http.StatusConflict)
 	if got := r.errorCode(t); got != "idempotency_key_in_progress" {
 		t.Fatalf("code %q", got)
@@ -234,14 +237,19 @@ func TestIdempotencyInProgress(t *testing.T) {
 	if ra := r.header.Get("Retry-After"); ra != "5" {
 		t.Fatalf("Retry-After %q, want 5", ra)
 	}
-	if err := tx.Rollback(ctx); err != nil {
+	if took < wait || took > wait*3/2 { // the wait once, not once per step
+		t.Fatalf("answered after %v, want %v", took, wait)
+	}
+	close(finish)
+	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	f := <-first
-	expectStatus(t, f, http.StatusAccepted)
 	again := h.do(req{method: "POST", path: "/v1/events", body: eventBody, idem: "slow"})
-	if again.header.Get("Idempotent-Replayed") != "true" || !bytes.Equal(again.body, f.body) {
+	if again.header.Get("Idempotent-Replayed") != "true" || string(again.body) != `{"first":true}` {
 		t.Fatalf("after the first finished, the repeat got %d %s", again.status, again.body)
+	}
+	if n := h.count("events"); n != 0 {
+		t.Fatalf("%d events written by the repeats", n)
 	}
 }
 
@@ -327,39 +335,36 @@ func pgWaiting(t *testing.T, h *harness) int {
 	return n
 }
 
-// TestEventRequestsAloneOrGrouped: with event requests committed in groups
-// (the default) and each alone (IngestGroups -1), the same requests get
-// the same answers: an accepted event replayed byte for byte, a remembered
-// 4xx, a mismatch, and a batch.
-func TestEventRequestsAloneOrGrouped(t *testing.T) {
+// TestEventRequestAnswers: an accepted event is replayed byte for byte, a
+// 4xx (an unknown endpoint, a body that does not parse) is remembered, a
+// used key with another body is a mismatch, and a batch is answered in
+// order.
+func TestEventRequestAnswers(t *testing.T) {
 	t.Parallel()
-	for _, groups := range []int{0, -1} {
-		t.Run(fmt.Sprintf("groups=%d", groups), func(t *testing.T) {
-			t.Parallel()
-			h := newHarness(t, func(c *api.Config) { c.IngestGroups = groups })
-			h.createEndpoint(map[string]any{"url": "http://127.0.0.1:9/hook"})
-			first := h.do(req{method: "POST", path: "/v1/events", body: eventBody, idem: "a"})
-			expectStatus(t, first, http.StatusAccepted)
-			again := h.do(req{method: "POST", path: "/v1/events", body: eventBody, idem: "a"})
-			if again.header.Get("Idempotent-Replayed") != "true" || !bytes.Equal(first.body, again.body) {
-				t.Fatalf("replay: %v %s", again.header, again.body)
-			}
-			bad := `{"type":"a","data":1,"endpoint_ids":["ep_NOPE"]}`
-			r := h.do(req{method: "POST", path: "/v1/events", body: bad, idem: "bad"})
-			expectStatus(t, r, http.StatusBadRequest)
-			if r = h.do(req{method: "POST", path: "/v1/events", body: bad, idem: "bad"}); r.header.Get("Idempotent-Replayed") != "true" {
-				t.Fatalf("4xx not remembered: %v", r.header)
-			}
-			expectStatus(t, h.do(req{method: "POST", path: "/v1/events", body: bad, idem: "a"}), http.StatusUnprocessableEntity)
-			batch := `{"events":[{"type":"a","data":1},{"type":"b","data":2}]}`
-			r = h.do(req{method: "POST", path: "/v1/events/batch", body: batch, idem: "batch"})
-			expectStatus(t, r, http.StatusAccepted)
-			if n := len(r.json(t)["data"].([]any)); n != 2 {
-				t.Fatalf("batch answered %d events", n)
-			}
-			if e, d := h.count("events"), h.count("deliveries"); e != 3 || d != 3 {
-				t.Fatalf("%d events and %d deliveries, want 3 and 3", e, d)
-			}
-		})
+	h := newHarness(t)
+	h.createEndpoint(map[string]any{"url": "http://127.0.0.1:9/hook"})
+	first := h.do(req{method: "POST", path: "/v1/events", body: eventBody, idem: "a"})
+	expectStatus(t, first, http.StatusAccepted)
+	again := h.do(req{method: "POST", path: "/v1/events", body: eventBody, idem: "a"})
+	if again.header.Get("Idempotent-Replayed") != "true" || !bytes.Equal(first.body, again.body) {
+		t.Fatalf("replay: %v %s", again.header, again.body)
+	}
+	for _, bad := range []string{`{"type":"a","data":1,"endpoint_ids":["ep_NOPE"]}`, `{"type":"a"}`, `{`} {
+		r := h.do(req{method: "POST", path: "/v1/events", body: bad, idem: "bad" + bad})
+		expectStatus(t, r, http.StatusBadRequest)
+		if r2 := h.do(req{method: "POST", path: "/v1/events", body: bad, idem: "bad" + bad}); r2.header.Get("Idempotent-Replayed") != "true" ||
+			!bytes.Equal(r.body, r2.body) {
+			t.Fatalf("%s: 4xx not remembered: %v %s", bad, r2.header, r2.body)
+		}
+	}
+	expectStatus(t, h.do(req{method: "POST", path: "/v1/events", body: `{"type":"b","data":2}`, idem: "a"}), http.StatusUnprocessableEntity)
+	batch := `{"events":[{"type":"a","data":1},{"type":"b","data":2}]}`
+	r := h.do(req{method: "POST", path: "/v1/events/batch", body: batch, idem: "batch"})
+	expectStatus(t, r, http.StatusAccepted)
+	if n := len(r.json(t)["data"].([]any)); n != 2 {
+		t.Fatalf("batch answered %d events", n)
+	}
+	if e, d := h.count("events"), h.count("deliveries"); e != 3 || d != 3 {
+		t.Fatalf("%d events and %d deliveries, want 3 and 3", e, d)
 	}
 }

@@ -60,8 +60,7 @@ type Config struct {
 	// IngestGroups is how many groups of event requests may commit at
 	// once (storage.Ingester; more than one only while many events wait):
 	// requests arriving meanwhile wait for the next group and share its
-	// transaction. Default 4; -1 commits each request in a transaction of
-	// its own.
+	// transaction. Default 4.
 	IngestGroups int
 	// RedisTimeout bounds each limiter call so a slow Redis cannot stall the
 	// API; default 250ms.
@@ -88,7 +87,7 @@ func (c Config) WithDefaults() Config {
 	if c.MaxBatchBytes == 0 {
 		c.MaxBatchBytes = 1 << 20
 	}
-	if c.IngestGroups == 0 {
+	if c.IngestGroups <= 0 {
 		c.IngestGroups = 4
 	}
 	if c.IdempotencyWait == 0 {
@@ -138,7 +137,7 @@ type Server struct {
 	log     *slog.Logger
 	clock   webhookd.Clock
 	limiter *rateLimiter
-	// ingester commits event requests in groups; nil: each alone.
+	// ingester writes event requests, in groups.
 	ingester *storage.Ingester
 	// work counts the requests whose handlers still run, including
 	// those answered already and still handing deliveries to the queue.
@@ -167,9 +166,7 @@ func New(cfg Config) (*Server, error) {
 	if s.limiter, err = newRateLimiter(cfg.Redis, cfg.RateLimitPrefix, cfg.RedisTimeout, cfg.Logger, cfg.Metrics); err != nil {
 		return nil, err
 	}
-	if cfg.IngestGroups > 0 {
-		s.ingester = cfg.DB.NewIngester(cfg.IngestGroups)
-	}
+	s.ingester = cfg.DB.NewIngester(cfg.IngestGroups)
 	s.routes()
 	if s.handler, err = s.instrument(s.mux); err != nil {
 		return nil, err

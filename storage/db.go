@@ -154,27 +154,13 @@ type Store struct {
 	// tx is set when the Store works inside a transaction whose caller
 	// already decides on commit or rollback (WithIdempotency): multi-row
 	// work then runs in it directly, without a savepoint of its own.
-	tx pgx.Tx
-	// later, when set, collects writes whose results nobody reads; the
-	// transaction's owner sends them with its own last statement, in one
-	// round trip (WithIdempotency, with the stored response).
-	later *pgx.Batch
-	box   *secretBox // seals endpoint secrets (DB.box)
-}
-
-// execLater runs a write whose result nobody reads: queued for the
-// transaction's last round trip when the Store has one, else at once.
-func (s *Store) execLater(ctx context.Context, tx pgx.Tx, sql string, args ...any) error {
-	if s.later != nil {
-		s.later.Queue(sql, args...)
-		return nil
-	}
-	_, err := tx.Exec(ctx, sql, args...)
-	return err
+	tx  pgx.Tx
+	db  *DB
+	box *secretBox // seals endpoint secrets (DB.box)
 }
 
 // Store returns a Store working directly on the pool.
-func (db *DB) Store() *Store { return &Store{q: db.pool, box: db.box} }
+func (db *DB) Store() *Store { return &Store{q: db.pool, db: db, box: db.box} }
 
 // inTx runs fn in a transaction: the Store's own one, or a new one.
 func (s *Store) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {

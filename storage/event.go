@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -25,41 +26,66 @@ type NewEvent struct {
 }
 
 // CreateEvents writes the events and one pending delivery per matching
-// active endpoint, all or nothing. A taken external_id fails the whole call
-// with external_id_taken carrying the existing event's id; an unknown id in
-// EndpointIDs with validation_failed naming it (field prefixed by
-// fieldPrefix(i), e.g. "events[3]."). The deliveries are due at now.
-//
-// Inside WithIdempotency the deliveries' insert travels with the stored
-// response, so they can be read back only once that transaction commits.
+// active endpoint, all or nothing, as a request without an Idempotency-Key
+// takes the Ingester's steps (a test event). A taken external_id fails the
+// whole call with external_id_taken carrying the existing event's id; an
+// unknown id in EndpointIDs with validation_failed naming it (field
+// prefixed by fieldPrefix(i), e.g. "events[3]."). The deliveries are due
+// at now. It runs in a transaction of its own, on the pool.
 func (s *Store) CreateEvents(ctx context.Context, projectID string, evs []NewEvent, now time.Time, fieldPrefix func(int) string) ([]webhookd.Event, error) {
-	var out []webhookd.Event
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		// The events are inserted in the same round trip as the endpoints
-		// are read: the delivery ids are made here, so their insert follows.
-		evIDs := make([]string, len(evs))
-		for i := range evs {
-			evIDs[i] = newID(prefixEvent)
-		}
-		targets, inserted, err := matchAndInsert(ctx, tx, projectID, evs, evIDs, now, fieldPrefix)
-		if err != nil {
-			return err
-		}
-		var rows deliveryRows
-		out = rows.add(projectID, evs, evIDs, targets, now)
-		if len(inserted) != len(evIDs) {
-			return externalIDTaken(ctx, tx, projectID, evs, inserted, evIDs)
-		}
-		if len(rows.ids) == 0 {
-			return nil
-		}
-		return s.execLater(ctx, tx, insertDeliveries, rows.args()...)
-	})
-	if err != nil {
+	if s.tx != nil {
+		return nil, errors.New("storage: CreateEvents inside a transaction")
+	}
+	c := &ingestCall{req: IngestRequest{Key: IdempotencyKey{ProjectID: projectID}, Events: evs, Now: now, FieldPrefix: fieldPrefix},
+		k: ikey{project: projectID}}
+	if err := s.db.ingestGroup(ctx, []*ingestCall{c}, 0, func() {}); err != nil {
 		return nil, translate(err, "create events")
 	}
-	return out, nil
+	return c.res.Events, c.err
 }
+
+// eventRows are new events, as the columns of insertEvents, and their
+// deliveries.
+type eventRows struct {
+	ids, projects, types, data []string
+	ext                        []*string
+	at                         []time.Time
+	deliveries                 deliveryRows
+}
+
+// add makes the events, with new ids, and one pending delivery, due at
+// now, per target endpoint; it returns the events.
+func (r *eventRows) add(projectID string, evs []NewEvent, targets [][]string, now time.Time) []webhookd.Event {
+	ids := make([]string, len(evs))
+	for i, ev := range evs {
+		ids[i] = newID(prefixEvent)
+		r.ids, r.projects, r.types = append(r.ids, ids[i]), append(r.projects, projectID), append(r.types, ev.Type)
+		r.data, r.ext, r.at = append(r.data, string(ev.Data)), append(r.ext, ev.ExternalID), append(r.at, now)
+	}
+	return r.deliveries.add(projectID, evs, ids, targets, now)
+}
+
+// rowsMark is how many rows eventRows held at one time.
+type rowsMark struct{ events, deliveries int }
+
+func (r *eventRows) mark() rowsMark { return rowsMark{len(r.ids), len(r.deliveries.ids)} }
+
+// truncate drops the rows added since m.
+func (r *eventRows) truncate(m rowsMark) {
+	r.ids, r.projects, r.types = r.ids[:m.events], r.projects[:m.events], r.types[:m.events]
+	r.data, r.ext, r.at = r.data[:m.events], r.ext[:m.events], r.at[:m.events]
+	d, n := &r.deliveries, m.deliveries
+	d.ids, d.projects, d.events, d.endpoints = d.ids[:n], d.projects[:n], d.events[:n], d.endpoints[:n]
+	d.types, d.triggers, d.due = d.types[:n], d.triggers[:n], d.due[:n]
+}
+
+func (r *eventRows) args() []any { return []any{r.ids, r.projects, r.types, r.data, r.ext, r.at} }
+
+const insertEvents = `
+	INSERT INTO events (id, project_id, type, data, external_id, created_at)
+	SELECT id, prj, typ, data::json, ext, at
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[])
+		AS t(id, prj, typ, data, ext, at)`
 
 // deliveryRows are new deliveries, as the columns of insertDeliveries.
 type deliveryRows struct {
@@ -96,42 +122,14 @@ const insertDeliveries = `
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::timestamptz[])
 		AS t(id, prj, ev, ep, typ, trig, due)`
 
-// matchAndInsert inserts the events with the ids given (but those whose
-// external_id is taken) and returns, per event, the ids of the endpoints it
-// goes to (the listed endpoint_ids that are active, else every active
-// endpoint subscribed to its type) and the ids inserted. Both statements
-// travel in one round trip.
-func matchAndInsert(ctx context.Context, tx pgx.Tx, projectID string, evs []NewEvent, ids []string, now time.Time,
-	fieldPrefix func(int) string) ([][]string, []string, error) {
-	var listed []string
-	types, datas, extIDs := make([]string, len(evs)), make([]string, len(evs)), make([]*string, len(evs))
-	for i, ev := range evs {
-		listed = append(listed, ev.EndpointIDs...)
-		types[i], datas[i], extIDs[i] = ev.Type, string(ev.Data), ev.ExternalID
-	}
-	b := &pgx.Batch{}
-	var eps []endpointMatch
-	b.Queue(matchCandidates, []string{projectID}, listed, types).Query(func(rows pgx.Rows) (err error) {
-		eps, err = collectEndpointMatches(rows)
-		return err
-	})
-	var inserted []string
-	b.Queue(`
-		INSERT INTO events (id, project_id, type, data, external_id, created_at)
-		SELECT id, $1, type, data::json, ext, $6
-		FROM unnest($2::text[], $3::text[], $4::text[], $5::text[]) AS t(id, type, data, ext)
-		ON CONFLICT (project_id, external_id) WHERE external_id IS NOT NULL DO NOTHING
-		RETURNING id`, projectID, ids, types, datas, extIDs, now).Query(func(rows pgx.Rows) error {
-		var err error
-		inserted, err = pgx.CollectRows(rows, pgx.RowTo[string])
-		return err
-	})
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return nil, nil, err
-	}
-	out, err := matchEndpoints(evs, eps, fieldPrefix)
-	return out, inserted, err
-}
+// matchCandidates reads the endpoints of projects $1 that events can go
+// to: those listed by id ($2), and the active ones subscribed to one of
+// the types $3 or to all (collectEndpointMatches reads the rows).
+const matchCandidates = `
+	SELECT project_id, id, event_types, status = 'active' FROM endpoints
+	WHERE project_id = ANY($1) AND deleted_at IS NULL
+	AND (id = ANY($2) OR status = 'active' AND (event_types = '{}' OR event_types && $3::text[]))
+	ORDER BY project_id, id`
 
 // endpointMatch is what matching an event to endpoints reads of one.
 type endpointMatch struct {
@@ -182,25 +180,6 @@ func matchEndpoints(evs []NewEvent, eps []endpointMatch, fieldPrefix func(int) s
 		}
 	}
 	return out, nil
-}
-
-// externalIDTaken builds the external_id_taken error for the first event
-// whose external_id already belonged to another event.
-func externalIDTaken(ctx context.Context, tx pgx.Tx, projectID string, evs []NewEvent, inserted, ids []string) error {
-	for i, ev := range evs {
-		if slices.Contains(inserted, ids[i]) || ev.ExternalID == nil {
-			continue
-		}
-		var existing string
-		err := tx.QueryRow(ctx, `SELECT id FROM events WHERE project_id = $1 AND external_id = $2`,
-			projectID, *ev.ExternalID).Scan(&existing)
-		if err != nil {
-			return err
-		}
-		return &webhookd.Error{Code: webhookd.CodeExternalIDTaken, ExistingID: existing,
-			Message: fmt.Sprintf("an event with external_id %q exists already", *ev.ExternalID)}
-	}
-	return fmt.Errorf("events insert: %d of %d rows written", len(inserted), len(ids))
 }
 
 // GetEvent returns an event of the project with its deliveries.

@@ -20,12 +20,5 @@ func Groups(g *Ingester) int64 {
 	return g.groups
 }
 
-// FastGroups returns how many of g's groups committed in one round trip.
-func FastGroups(g *Ingester) int64 {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.fast
-}
-
 // PlanSettings is the statement that makes the hot statements' plans.
 const PlanSettings = planSettings

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/webhookd/webhookd"
 )
@@ -16,7 +15,7 @@ import (
 // IdempotencyKey scopes one guarded request.
 type IdempotencyKey struct {
 	ProjectID   string
-	Key         string
+	Key         string        // "": the request has no key (a test event), and nothing is remembered
 	Fingerprint [32]byte      // SHA-256 of method + path + body
 	TTL         time.Duration // how long the record is kept
 }
@@ -33,168 +32,249 @@ func (r StoredResponse) remembered() bool {
 	return r.StatusCode >= 200 && r.StatusCode < 500 && r.StatusCode != 429
 }
 
+// The claim of a key. A key is claimed by inserting its record, without a
+// response, in the transaction that does the request's work; the response
+// is written in the same transaction, so a committed record always has
+// one. Whoever claims or re-claims a key first takes a transaction-level
+// advisory lock on it, and never waits for it: a key another transaction
+// holds is reported busy at once, and the request waits holding no
+// connection. A complete, live record answers a repeat without any lock.
+
+// claimState is what a claim found for one key.
+type claimState int
+
+const (
+	claimBusy   claimState = iota // another transaction holds the key: wait and try again
+	claimed                       // the key is this transaction's: do the work
+	claimStored                   // a complete, live record answers the request
+	claimRaced                    // a record committed as the claim ran: try again at once
+)
+
+// claimResult is the claim of one key, and the record when it is stored.
+type claimResult struct {
+	state       claimState
+	fingerprint []byte
+	resp        StoredResponse
+	err         error // the stored response could not be decrypted
+}
+
+// claimKeys claims keys ($1 projects, $2 keys, $3 fingerprints, $4 now,
+// $5 expiry) and returns one row per key in their order ($6 = ordinality):
+// its state and, when stored, the record. A record that expired is claimed
+// anew.
+const claimKeys = `
+	WITH r AS (
+		SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::timestamptz[], $5::timestamptz[])
+			WITH ORDINALITY AS r(project_id, key, fingerprint, created_at, expires_at, ord)
+	), stored AS MATERIALIZED (
+		SELECT r.ord, i.fingerprint, i.status_code, i.content_type, i.response_body
+		FROM r JOIN idempotency_records i ON i.project_id = r.project_id AND i.key = r.key
+		WHERE i.status_code IS NOT NULL AND i.expires_at > r.created_at
+	), locked AS MATERIALIZED (
+		SELECT r.* FROM r
+		WHERE NOT EXISTS (SELECT 1 FROM stored s WHERE s.ord = r.ord)
+			AND pg_try_advisory_xact_lock(hashtextextended(r.project_id || '/' || r.key, 0))
+	), claim AS (
+		INSERT INTO idempotency_records (project_id, key, fingerprint, created_at, expires_at)
+		SELECT project_id, key, fingerprint, created_at, expires_at FROM locked
+		ON CONFLICT (project_id, key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint,
+			status_code = NULL, content_type = NULL, response_body = NULL,
+			created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
+		WHERE idempotency_records.expires_at <= EXCLUDED.created_at
+		RETURNING project_id, key
+	)
+	SELECT CASE WHEN s.ord IS NOT NULL THEN 2 WHEN c.key IS NOT NULL THEN 1 WHEN l.ord IS NOT NULL THEN 3 ELSE 0 END,
+		s.fingerprint, s.status_code, s.content_type, s.response_body
+	FROM r LEFT JOIN stored s ON s.ord = r.ord
+		LEFT JOIN locked l ON l.ord = r.ord
+		LEFT JOIN claim c ON c.project_id = l.project_id AND c.key = l.key
+	ORDER BY r.ord`
+
+// claimArgs are claimKeys' arguments for keys, all claimed at now.
+func claimArgs(keys []IdempotencyKey, now []time.Time) []any {
+	projects, names, fps := make([]string, len(keys)), make([]string, len(keys)), make([][]byte, len(keys))
+	expires := make([]time.Time, len(keys))
+	for i, k := range keys {
+		projects[i], names[i], fps[i], expires[i] = k.ProjectID, k.Key, k.Fingerprint[:], now[i].Add(k.TTL)
+	}
+	return []any{projects, names, fps, now, expires}
+}
+
+// scanClaims reads claimKeys' rows.
+func (db *DB) scanClaims(rows pgx.Rows) ([]claimResult, error) {
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (claimResult, error) {
+		var (
+			c      claimResult
+			status *int32
+			ctype  *string
+		)
+		if err := r.Scan(&c.state, &c.fingerprint, &status, &ctype, &c.resp.Body); err != nil {
+			return c, err
+		}
+		if c.state != claimStored {
+			return c, nil
+		}
+		c.resp.StatusCode, c.resp.ContentType = int(*status), *ctype
+		if c.resp.Body, c.err = db.box.open(c.resp.Body); c.err != nil {
+			c.err = fmt.Errorf("read idempotency record: %w", c.err)
+		}
+		return c, nil
+	})
+}
+
+// replay answers a request from its key's stored record: the response, or
+// idempotency_key_mismatch when the record is of another request.
+func (c claimResult) replay(k IdempotencyKey) (StoredResponse, error) {
+	if c.err != nil {
+		return StoredResponse{}, c.err
+	}
+	if !bytes.Equal(c.fingerprint, k.Fingerprint[:]) {
+		return StoredResponse{}, errKeyMismatch()
+	}
+	return c.resp, nil
+}
+
+func errKeyMismatch() error {
+	return &webhookd.Error{Code: webhookd.CodeIdempotencyKeyMismatch,
+		Message: "this Idempotency-Key was used with a different request; use a new key for a new request"}
+}
+
+func errKeyInProgress() error {
+	return &webhookd.Error{Code: webhookd.CodeIdempotencyKeyInProgress,
+		Message: "a request with this Idempotency-Key is still in progress; retry later"}
+}
+
+// storeResponses writes the responses of claimed keys ($1-$8: the columns
+// of idempotency_records, as storedResponses.args gives them). The records
+// are the transaction's own: each row finds its record through the key's
+// index, with no join for the planner to get wrong while the table is
+// young and unanalyzed.
+const storeResponses = `
+	INSERT INTO idempotency_records (project_id, key, fingerprint, created_at, expires_at,
+		status_code, content_type, response_body)
+	SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::timestamptz[], $5::timestamptz[],
+		$6::int4[], $7::text[], $8::bytea[])
+	ON CONFLICT (project_id, key) DO UPDATE SET status_code = EXCLUDED.status_code,
+		content_type = EXCLUDED.content_type, response_body = EXCLUDED.response_body`
+
+// storedResponses are responses to remember, as the columns of
+// storeResponses.
+type storedResponses struct {
+	projects, keys, types []string
+	fps, bodies           [][]byte
+	created, expires      []time.Time
+	codes                 []int32
+}
+
+func (r *storedResponses) add(k IdempotencyKey, now time.Time, resp StoredResponse, box *secretBox) {
+	r.projects, r.keys = append(r.projects, k.ProjectID), append(r.keys, k.Key)
+	r.codes, r.types = append(r.codes, int32(resp.StatusCode)), append(r.types, resp.ContentType)
+	r.bodies = append(r.bodies, box.seal(resp.Body)) // it may hold a secret
+	r.fps, r.created, r.expires = append(r.fps, k.Fingerprint[:]), append(r.created, now), append(r.expires, now.Add(k.TTL))
+}
+
+func (r *storedResponses) args() []any {
+	return []any{r.projects, r.keys, r.fps, r.created, r.expires, r.codes, r.types, r.bodies}
+}
+
 // WithIdempotency runs fn at most once per (project, key) and remembers its
 // response in the same transaction as the work fn does through its Store.
+// Event requests take the same claim through an Ingester; this is for the
+// other guarded routes.
 //
-// The record is inserted first in that transaction, so a concurrent repeat
-// waits for its row until the first commits (it then replays the stored
-// response) or rolls back (it then runs anew). A repeat waits at most wait,
-// in turns that hold a connection no longer than maxLockTurn, then fails with idempotency_key_in_progress. A repeat with another
-// fingerprint fails with idempotency_key_mismatch. A 4xx response is
-// remembered but the work fn did is rolled back; a 429 or 5xx response, or an
-// error from fn, rolls back everything and releases the key.
-//
-// replayed is true when the response is a stored one.
+// A repeat of a finished request gets the stored response (replayed true),
+// or idempotency_key_mismatch when its fingerprint differs. A repeat of a
+// request still running waits for it, holding no connection, until wait
+// has passed since the call began, then fails with
+// idempotency_key_in_progress. A 4xx response is remembered but the work
+// fn did is rolled back; a 429 or 5xx response, or an error from fn, rolls
+// back everything and releases the key.
 func (db *DB) WithIdempotency(ctx context.Context, k IdempotencyKey, now time.Time, wait time.Duration,
 	fn func(s *Store) (StoredResponse, error)) (resp StoredResponse, replayed bool, err error) {
-	// A repeat of a request still running waits for its row lock in short
-	// turns and holds no connection between them.
 	deadline := time.Now().Add(wait)
-	pause := 5 * time.Millisecond
-	for vanished := 0; ; {
-		lockWait := min(time.Until(deadline), maxLockTurn)
-		resp, replayed, err = db.tryIdempotent(ctx, k, now, max(lockWait, time.Millisecond), fn)
-		switch {
-		case errors.Is(err, errRecordVanished) && vanished < 2:
-			vanished++
-			continue
-		case !errors.Is(err, errKeyBusy):
+	for pause := time.Duration(0); ; pause = nextPause(pause) {
+		resp, replayed, err = db.tryIdempotent(ctx, k, now, fn)
+		if !errors.Is(err, errKeyBusy) {
 			return resp, replayed, err
-		case time.Until(deadline) <= 0:
-			return StoredResponse{}, false, &webhookd.Error{Code: webhookd.CodeIdempotencyKeyInProgress,
-				Message: "a request with this Idempotency-Key is still in progress; retry later"}
 		}
-		t := time.NewTimer(min(pause, max(time.Until(deadline), 0)))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return StoredResponse{}, false, ctx.Err()
-		case <-t.C:
+		if !sleepUntil(ctx, pause, deadline) {
+			if ctx.Err() != nil {
+				return StoredResponse{}, false, ctx.Err()
+			}
+			return StoredResponse{}, false, errKeyInProgress()
 		}
-		pause = min(2*pause, 100*time.Millisecond)
 	}
 }
 
-// maxLockTurn is the longest a repeat waits on the first request's row
-// lock while holding a connection; between turns it holds none.
-const maxLockTurn = 10 * time.Millisecond
-
 var errKeyBusy = errors.New("idempotency key held by a running request")
 
-var errRecordVanished = errors.New("idempotency record vanished between conflict and read")
+// nextPause is the wait before the next look at a busy key: 5 ms, doubling
+// up to 100 ms.
+func nextPause(p time.Duration) time.Duration {
+	return min(max(2*p, 5*time.Millisecond), 100*time.Millisecond)
+}
 
-func (db *DB) tryIdempotent(ctx context.Context, k IdempotencyKey, now time.Time, lockWait time.Duration,
+// sleepUntil waits pause, or less when deadline comes first; false when
+// the deadline has passed or ctx ended.
+func sleepUntil(ctx context.Context, pause time.Duration, deadline time.Time) bool {
+	left := time.Until(deadline)
+	if left <= 0 {
+		return false
+	}
+	t := time.NewTimer(min(pause, left))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func (db *DB) tryIdempotent(ctx context.Context, k IdempotencyKey, now time.Time,
 	fn func(s *Store) (StoredResponse, error)) (StoredResponse, bool, error) {
-	conn, err := db.pool.Acquire(ctx)
+	tx, err := db.pool.Begin(ctx)
 	if err != nil {
 		return StoredResponse{}, false, fmt.Errorf("begin: %w", err)
 	}
-	defer conn.Release() // pgxpool drops a connection left in a transaction
-	tx := &connTx{c: conn}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-
-	// Begin, claim the key, waiting at most lockWait for a concurrent
-	// holder, and set the savepoint the work runs after (a 4xx can undo the
-	// work and keep the record; no lock timeout applies to the work). These
-	// travel in front of the work's first round trip; if the key turns out
-	// not to be ours, what the work did in between is rolled back unseen.
-	var mine bool
-	claim := &pgx.Batch{}
-	claim.Queue("BEGIN")
-	claim.Queue(fmt.Sprintf("SET LOCAL lock_timeout = %d", max(lockWait.Milliseconds(), 1)))
-	claim.Queue(claimKeys, []string{k.ProjectID}, []string{k.Key}, [][]byte{k.Fingerprint[:]},
-		[]time.Time{now}, []time.Time{now.Add(k.TTL)})
-	claim.Queue("SET LOCAL lock_timeout = 0")
-	claim.Queue("SAVEPOINT work")
-	tx.prefix = claim
-	tx.readPrefix = func(br pgx.BatchResults) error {
-		if _, err := br.Exec(); err != nil {
-			return err
-		}
-		if _, err := br.Exec(); err != nil {
-			return err
-		}
-		var project, key string
-		switch err := br.QueryRow().Scan(&project, &key); {
-		case errors.Is(err, pgx.ErrNoRows): // someone else's record; the rest runs in vain
-		case err != nil:
-			return err
-		default:
-			mine = true
-		}
-		if _, err := br.Exec(); err != nil {
-			return err
-		}
-		_, err := br.Exec()
-		return err
+	rows, err := tx.Query(ctx, claimKeys, claimArgs([]IdempotencyKey{k}, []time.Time{now})...)
+	if err != nil {
+		return StoredResponse{}, false, fmt.Errorf("claim idempotency key: %w", err)
 	}
-	claimed := func() (ok bool, err error) {
-		err = tx.sendPrefix(ctx) // no-op when the work's first round trip took it
-		switch code, _ := pgCode(err); {
-		case code == "55P03": // lock_not_available: the first request is still running
-			return false, errKeyBusy
-		case err != nil:
-			return false, fmt.Errorf("claim idempotency key: %w", err)
-		}
-		return mine, nil
+	claims, err := db.scanClaims(rows)
+	if err != nil {
+		return StoredResponse{}, false, fmt.Errorf("claim idempotency key: %w", err)
 	}
-
-	// Writes of the work whose results nobody reads travel with the stored
-	// response and the commit, in one round trip.
-	later := &pgx.Batch{}
-	resp, err := fn(&Store{q: tx, tx: tx, later: later, box: db.box})
-	switch ok, cerr := claimed(); {
-	case cerr != nil:
-		return StoredResponse{}, false, cerr
-	case !ok:
-		tx.Rollback(ctx)
-		return db.storedResponse(ctx, k)
+	switch c := claims[0]; c.state {
+	case claimStored:
+		resp, err := c.replay(k)
+		return resp, err == nil, err
+	case claimBusy, claimRaced:
+		return StoredResponse{}, false, errKeyBusy
 	}
+	// A 4xx undoes the work and keeps the record.
+	if _, err := tx.Exec(ctx, "SAVEPOINT work"); err != nil {
+		return StoredResponse{}, false, fmt.Errorf("savepoint: %w", err)
+	}
+	resp, err := fn(&Store{q: tx, tx: tx, db: db, box: db.box})
 	if err != nil || !resp.remembered() {
 		return resp, false, err
 	}
 	if resp.StatusCode >= 400 {
-		later = &pgx.Batch{} // the work is undone: its queued writes with it
-		later.Queue("ROLLBACK TO SAVEPOINT work")
+		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT work"); err != nil {
+			return StoredResponse{}, false, fmt.Errorf("undo the work: %w", err)
+		}
 	}
-	later.Queue(`UPDATE idempotency_records SET status_code = $3, content_type = $4, response_body = $5
-		WHERE project_id = $1 AND key = $2`, k.ProjectID, k.Key, resp.StatusCode, resp.ContentType, db.box.seal(resp.Body)) // it may hold a secret
-	commit := later.Queue("COMMIT")
-	var tag pgconn.CommandTag
-	commit.Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
-	if err := tx.SendBatch(ctx, later).Close(); err != nil {
+	var rec storedResponses
+	rec.add(k, now, resp, db.box)
+	if _, err := tx.Exec(ctx, storeResponses, rec.args()...); err != nil {
 		return StoredResponse{}, false, fmt.Errorf("store idempotent response: %w", err)
 	}
-	if tag.String() != "COMMIT" {
-		return StoredResponse{}, false, fmt.Errorf("commit: %w", pgx.ErrTxCommitRollback)
+	if err := tx.Commit(ctx); err != nil {
+		return StoredResponse{}, false, fmt.Errorf("commit: %w", err)
 	}
-	tx.committed()
 	return resp, false, nil
-}
-
-// storedResponse reads a committed record and checks its fingerprint.
-func (db *DB) storedResponse(ctx context.Context, k IdempotencyKey) (StoredResponse, bool, error) {
-	var (
-		fp   []byte
-		resp StoredResponse
-	)
-	err := db.pool.QueryRow(ctx, `SELECT fingerprint, status_code, content_type, response_body
-		FROM idempotency_records WHERE project_id = $1 AND key = $2`, k.ProjectID, k.Key,
-	).Scan(&fp, &resp.StatusCode, &resp.ContentType, &resp.Body)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return StoredResponse{}, false, errRecordVanished
-	}
-	if err != nil {
-		return StoredResponse{}, false, fmt.Errorf("read idempotency record: %w", err)
-	}
-	if !bytes.Equal(fp, k.Fingerprint[:]) {
-		return StoredResponse{}, false, &webhookd.Error{Code: webhookd.CodeIdempotencyKeyMismatch,
-			Message: "this Idempotency-Key was used with a different request; use a new key for a new request"}
-	}
-	if resp.Body, err = db.box.open(resp.Body); err != nil {
-		return StoredResponse{}, false, fmt.Errorf("read idempotency record: %w", err)
-	}
-	return resp, true, nil
 }
 
 // PurgeIdempotencyRecords deletes records that expired before now and

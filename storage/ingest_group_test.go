@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/internal/testenv"
@@ -17,9 +20,15 @@ import (
 
 // ingestOutcome is what one Ingest call returned.
 type ingestOutcome struct {
-	resp storage.StoredResponse
-	evs  []webhookd.Event
-	err  error
+	resp     storage.StoredResponse
+	replayed bool
+	evs      []webhookd.Event
+	err      error
+}
+
+func ingest(g *storage.Ingester, req storage.IngestRequest, wait time.Duration) ingestOutcome {
+	res, err := g.Ingest(context.Background(), req, wait)
+	return ingestOutcome{res.Response, res.Replayed, res.Events, err}
 }
 
 // renderIngest answers 202 with the event ids, or the client error's code
@@ -62,11 +71,7 @@ func groupOf(t *testing.T, db *storage.DB, reqs []storage.IngestRequest) (*stora
 	storage.SetBeforeGroup(g, func(int) { once.Do(func() { <-hold }) })
 	out := make([]ingestOutcome, len(reqs))
 	var wg sync.WaitGroup
-	run := func(i int) {
-		resp, evs, release, err := g.Ingest(context.Background(), reqs[i], time.Second)
-		release()
-		out[i] = ingestOutcome{resp, evs, err}
-	}
+	run := func(i int) { out[i] = ingest(g, reqs[i], time.Second) }
 	wg.Go(func() { run(0) })
 	within(t, 5*time.Second, func() bool { return storage.Groups(g) == 1 })
 	for i := 1; i < len(reqs); i++ {
@@ -111,10 +116,8 @@ func numberedEvent(n int) storage.NewEvent {
 // error unless it is accepted (202).
 func ingestAccepted(t *testing.T, wg *sync.WaitGroup, g *storage.Ingester, req storage.IngestRequest) {
 	wg.Go(func() {
-		resp, _, release, err := g.Ingest(context.Background(), req, time.Second)
-		release()
-		if err != nil || resp.StatusCode != 202 {
-			t.Errorf("%s: %d %v", req.Key.Key, resp.StatusCode, err)
+		if o := ingest(g, req, time.Second); o.err != nil || o.resp.StatusCode != 202 {
+			t.Errorf("%s: %d %v", req.Key.Key, o.resp.StatusCode, o.err)
 		}
 	})
 }
@@ -188,85 +191,174 @@ func TestIngesterCommitsAGroupTogether(t *testing.T) {
 	}
 }
 
-// TestIngesterSendsWhatItCannotTakeAlone: a key used before (a replay, a
-// mismatch) and the second of two requests of a group with one external
-// id come back with ErrIngestAlone and write nothing; the first of the
-// pair commits.
-func TestIngesterSendsWhatItCannotTakeAlone(t *testing.T) {
+// TestIngesterAnswersRepeatsInTheGroup: a key used before is answered in
+// the group from its record (replayed, or a mismatch), and of two requests
+// of a group with one external id the first commits and the second gets
+// external_id_taken naming the first's event; only the first writes.
+func TestIngesterAnswersRepeatsInTheGroup(t *testing.T) {
 	t.Parallel()
 	db := testenv.DB(t)
 	p, _ := ingestProject(t, db)
-	ctx := context.Background()
 	used := ingestRequest(p, "used", storage.NewEvent{Type: "a", Data: json.RawMessage("1")})
-	if _, _, err := db.WithIdempotency(ctx, used.Key, time.Now(), time.Second, func(*storage.Store) (storage.StoredResponse, error) {
-		return storage.StoredResponse{StatusCode: 202, Body: []byte("{}")}, nil
-	}); err != nil {
-		t.Fatal(err)
+	first := ingest(db.NewIngester(1), used, time.Second)
+	if first.err != nil || first.resp.StatusCode != 202 || first.replayed {
+		t.Fatalf("first: %+v", first)
 	}
+	mismatch := used
+	mismatch.Key.Fingerprint = [32]byte{99}
 	x := "same"
 	same := storage.NewEvent{Type: "a", Data: json.RawMessage("2"), ExternalID: &x}
 	_, out := groupOf(t, db, []storage.IngestRequest{
 		ingestRequest(p, "lead", storage.NewEvent{Type: "a", Data: json.RawMessage("0")}),
 		used, ingestRequest(p, "x1", same), ingestRequest(p, "x2", same),
 	})
-	if out[0].err != nil || !errors.Is(out[1].err, storage.ErrIngestAlone) {
-		t.Fatalf("lead: %v; used key: %v, want ErrIngestAlone", out[0].err, out[1].err)
+	if out[0].err != nil || out[0].resp.StatusCode != 202 {
+		t.Fatalf("lead: %+v", out[0])
+	}
+	if o := out[1]; o.err != nil || !o.replayed || string(o.resp.Body) != string(first.resp.Body) || o.evs != nil {
+		t.Fatalf("used key: %+v, want the first response replayed", o)
 	}
 	// The pair queued in either order: the one first in the group commits.
-	first, second := out[2], out[3]
-	if first.err != nil {
-		first, second = second, first
+	a, b := out[2], out[3]
+	if a.resp.StatusCode != 202 {
+		a, b = b, a
 	}
-	if first.err != nil || !errors.Is(second.err, storage.ErrIngestAlone) {
-		t.Fatalf("pair: %v and %v, want one nil and one ErrIngestAlone", out[2].err, out[3].err)
+	if a.err != nil || a.resp.StatusCode != 202 || b.err != nil || b.resp.StatusCode != 409 ||
+		!strings.Contains(string(b.resp.Body), a.evs[0].ID) {
+		t.Fatalf("pair: %+v and %+v, want 202 and 409 naming the first's event", a, b)
 	}
-	if n := count(t, db, `SELECT count(*) FROM events`); n != 2 {
-		t.Fatalf("%d events, want 2", n)
+	if n := count(t, db, `SELECT count(*) FROM events`); n != 3 {
+		t.Fatalf("%d events, want 3", n)
 	}
-	if n := count(t, db, `SELECT count(*) FROM idempotency_records WHERE key IN ('x1', 'x2')`); n != 1 {
-		t.Fatal("the request sent alone kept its key")
+	if o := ingest(db.NewIngester(1), mismatch, time.Second); webhookd.ErrorCode(o.err) != webhookd.CodeIdempotencyKeyMismatch {
+		t.Fatalf("another body on a used key: %+v", o)
 	}
 }
 
-// TestIngesterGroupFailureSendsEachAlone: a group that cannot commit (an
-// external id held by another transaction past the lock timeout) leaves
-// nothing behind, and each of its requests is sent alone; a repeat of one
-// of them waits for that run instead of racing it.
-func TestIngesterGroupFailureSendsEachAlone(t *testing.T) {
+// holdKey claims key of project p in a transaction of its own, as another
+// process's request still running would, until the returned function is
+// called with the response to commit (nil: roll back).
+func holdKey(t *testing.T, db *storage.DB, p, key string) func(resp *storage.StoredResponse) {
+	t.Helper()
+	claimed, finish := make(chan struct{}), make(chan *storage.StoredResponse)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		k := ingestRequest(p, key).Key
+		_, _, err := db.WithIdempotency(context.Background(), k, time.Now(), time.Second, func(*storage.Store) (storage.StoredResponse, error) {
+			close(claimed)
+			if r := <-finish; r != nil {
+				return *r, nil
+			}
+			return storage.StoredResponse{}, errors.New("rolled back")
+		})
+		if err != nil && err.Error() != "rolled back" {
+			t.Errorf("holder: %v", err)
+		}
+	}()
+	<-claimed
+	return func(r *storage.StoredResponse) { finish <- r; <-done }
+}
+
+// TestIngesterBusyKeyLeavesItsGroup: a key another transaction holds does
+// not hold up its group: the others commit at once, while it waits, with
+// no connection, and then replays what the holder committed; past its
+// wait it gets idempotency_key_in_progress, after that one wait.
+func TestIngesterBusyKeyLeavesItsGroup(t *testing.T) {
+	t.Parallel()
+	db := testenv.DB(t)
+	p, _ := ingestProject(t, db)
+	g := db.NewIngester(1)
+	release := holdKey(t, db, p, "busy")
+	busy := make(chan ingestOutcome, 1)
+	go func() { busy <- ingest(g, ingestRequest(p, "busy", numberedEvent(1)), 10*time.Second) }()
+	for i := range 5 {
+		if o := ingest(g, ingestRequest(p, fmt.Sprint("free-", i), numberedEvent(i)), time.Second); o.err != nil || o.resp.StatusCode != 202 {
+			t.Fatalf("a request beside the busy key: %+v", o)
+		}
+	}
+	select {
+	case o := <-busy:
+		t.Fatalf("the busy key was answered while held: %+v", o)
+	default:
+	}
+	release(&storage.StoredResponse{StatusCode: 202, ContentType: "application/json", Body: []byte(`{"held":true}`)})
+	if o := <-busy; o.err != nil || !o.replayed || string(o.resp.Body) != `{"held":true}` {
+		t.Fatalf("the busy key after its holder committed: %+v", o)
+	}
+	if n := count(t, db, `SELECT count(*) FROM events`); n != 5 {
+		t.Fatalf("%d events, want 5", n)
+	}
+
+	release = holdKey(t, db, p, "stuck")
+	defer release(nil)
+	start := time.Now()
+	o := ingest(g, ingestRequest(p, "stuck", numberedEvent(1)), 300*time.Millisecond)
+	if took := time.Since(start); webhookd.ErrorCode(o.err) != webhookd.CodeIdempotencyKeyInProgress || took < 300*time.Millisecond || took > 3*time.Second {
+		t.Fatalf("a key held past the wait: %+v after %v, want idempotency_key_in_progress after 300ms", o, took)
+	}
+}
+
+// TestIngesterGroupFailureRunsEachAlone: a group that cannot commit (an
+// external id held by another transaction past the group's lock timeout)
+// leaves nothing behind; each of its requests runs again alone: the others
+// commit, and the one with the held external id waits for it (as long as
+// its wait allows, in short turns that hold up nothing else) and then
+// gets what the holder left: the id taken, or,
+// when the holder rolled back, its event.
+func TestIngesterGroupFailureRunsEachAlone(t *testing.T) {
 	t.Parallel()
 	db := testenv.DB(t)
 	p, _ := ingestProject(t, db)
 	ctx := context.Background()
-	tx, err := db.Pool().Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
+	hold := func(t *testing.T, external string) pgx.Tx {
+		tx, err := db.Pool().Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO events (id, project_id, type, data, external_id, created_at)
+			VALUES ($1, $2, 'a', '1', $3, now())`, "evt_HELD"+external, p, external); err != nil {
+			t.Fatal(err)
+		}
+		return tx
 	}
-	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, `INSERT INTO events (id, project_id, type, data, external_id, created_at)
-		VALUES ('evt_HELD', $1, 'a', '1', 'held', now())`, p); err != nil {
-		t.Fatal(err)
-	}
-	held := "held"
-	g := db.NewIngester(1)
-	req := ingestRequest(p, "k", storage.NewEvent{Type: "a", Data: json.RawMessage("1"), ExternalID: &held})
-	_, _, release, err := g.Ingest(ctx, req, time.Second)
-	if !errors.Is(err, storage.ErrIngestAlone) {
-		t.Fatalf("err %v, want ErrIngestAlone", err)
-	}
-	if n := count(t, db, `SELECT count(*) FROM idempotency_records`); n != 0 {
-		t.Fatalf("%d records left by the failed group", n)
-	}
-	// Until release, a repeat waits (here past its wait) and is sent alone.
-	start := time.Now()
-	if _, _, _, err := g.Ingest(ctx, req, 50*time.Millisecond); !errors.Is(err, storage.ErrIngestAlone) || time.Since(start) < 50*time.Millisecond {
-		t.Fatalf("repeat: err %v after %v", err, time.Since(start))
-	}
-	release()
-	tx.Rollback(ctx)
-	resp, evs, release, err := g.Ingest(ctx, req, time.Second)
-	release()
-	if err != nil || resp.StatusCode != 202 || len(evs) != 1 {
-		t.Fatalf("after release: %+v %v", resp, err)
+	for _, commit := range []bool{true, false} {
+		external := fmt.Sprint("held-", commit)
+		tx := hold(t, external)
+		reqs := []storage.IngestRequest{
+			ingestRequest(p, "lead-"+external, numberedEvent(0)),
+			ingestRequest(p, "k-"+external, storage.NewEvent{Type: "a", Data: json.RawMessage("1"), ExternalID: &external}),
+			ingestRequest(p, "other-"+external, numberedEvent(2)),
+		}
+		held := make(chan struct{})
+		go func() { // the holder ends once the others have committed
+			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+				var n int
+				db.Pool().QueryRow(ctx, `SELECT count(*) FROM idempotency_records WHERE key = $1 AND status_code = 202`,
+					"other-"+external).Scan(&n)
+				if n > 0 {
+					break
+				}
+			}
+			if commit {
+				tx.Commit(ctx)
+			} else {
+				tx.Rollback(ctx)
+			}
+			close(held)
+		}()
+		_, out := groupOf(t, db, reqs)
+		<-held
+		if out[0].err != nil || out[0].resp.StatusCode != 202 || out[2].err != nil || out[2].resp.StatusCode != 202 {
+			t.Fatalf("commit %v: the requests beside the held external id: %+v, %+v", commit, out[0], out[2])
+		}
+		want := 202
+		if commit {
+			want = 409
+		}
+		if o := out[1]; o.err != nil || o.resp.StatusCode != want {
+			t.Fatalf("commit %v: the held external id: %+v, want %d", commit, o, want)
+		}
 	}
 }
 
@@ -335,23 +427,18 @@ func TestIngesterRunsSingleEventsOneGroupAtATime(t *testing.T) {
 	}
 }
 
-// TestIngesterOneRoundTripSeesEveryEndpointChange: once a project's
-// endpoints are read, its groups commit in one round trip; an endpoint
-// created, changed or deleted since then is seen all the same (the group
-// finds the change in its transaction and runs the two round trips), and a
-// replayed key writes nothing.
-func TestIngesterOneRoundTripSeesEveryEndpointChange(t *testing.T) {
+// TestIngesterSeesEveryEndpointChange: an endpoint created, changed or
+// deleted between two requests is matched as it is now, a replayed key
+// writes nothing, and a 400 is remembered.
+func TestIngesterSeesEveryEndpointChange(t *testing.T) {
 	t.Parallel()
 	db := testenv.DB(t)
 	ctx, s := context.Background(), db.Store()
 	p, first := ingestProject(t, db)
 	g := db.NewIngester(1)
 	n := 0
-	ingest := func(key string, evs ...storage.NewEvent) ingestOutcome {
-		t.Helper()
-		resp, out, release, err := g.Ingest(ctx, ingestRequest(p, key, evs...), time.Second)
-		release()
-		return ingestOutcome{resp, out, err}
+	run := func(key string, evs ...storage.NewEvent) ingestOutcome {
+		return ingest(g, ingestRequest(p, key, evs...), time.Second)
 	}
 	endpointsOf := func(o ingestOutcome) []string {
 		t.Helper()
@@ -370,55 +457,40 @@ func TestIngesterOneRoundTripSeesEveryEndpointChange(t *testing.T) {
 		return storage.NewEvent{Type: "a", Data: json.RawMessage(fmt.Sprint(n))}
 	}
 
-	if got := endpointsOf(ingest("k1", ev())); !slices.Equal(got, []string{first}) {
+	if got := endpointsOf(run("k1", ev())); !slices.Equal(got, []string{first}) {
 		t.Fatalf("deliveries to %v", got)
 	}
-	fast := storage.FastGroups(g)
-	if fast != 1 {
-		t.Fatalf("%d groups in one round trip, want 1", fast)
-	}
-
 	second, err := s.CreateEndpoint(ctx, p, storage.NewEndpoint{URL: "http://127.0.0.1:9/b", Secret: "whsec_BBBB"}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := endpointsOf(ingest("k2", ev())), sortedIDs(first, second.ID); !slices.Equal(got, want) {
+	if got, want := endpointsOf(run("k2", ev())), sortedIDs(first, second.ID); !slices.Equal(got, want) {
 		t.Fatalf("after a new endpoint: deliveries to %v, want %v", got, want)
 	}
-	if storage.FastGroups(g) != fast {
-		t.Fatal("a group matched endpoints that had changed")
-	}
-	if got, want := endpointsOf(ingest("k3", ev())), sortedIDs(first, second.ID); !slices.Equal(got, want) {
-		t.Fatalf("deliveries to %v, want %v", got, want)
-	}
-	if storage.FastGroups(g) != fast+1 {
-		t.Fatal("the endpoints read again were not used in one round trip")
-	}
-
 	only := []string{"b"}
 	if _, err := s.UpdateEndpoint(ctx, p, first, storage.EndpointPatch{EventTypes: &only}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if got := endpointsOf(ingest("k4", ev())); !slices.Equal(got, []string{second.ID}) {
+	if got := endpointsOf(run("k4", ev())); !slices.Equal(got, []string{second.ID}) {
 		t.Fatalf("after a change of event types: deliveries to %v", got)
 	}
 	if err := s.DeleteEndpoint(ctx, p, second.ID, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if got := endpointsOf(ingest("k5", ev())); len(got) != 0 {
+	if got := endpointsOf(run("k5", ev())); len(got) != 0 {
 		t.Fatalf("after a deletion: deliveries to %v", got)
 	}
 
 	events := count(t, db, `SELECT count(*) FROM events`)
-	if o := ingest("k5", ev()); !errors.Is(o.err, storage.ErrIngestAlone) {
-		t.Fatalf("a replayed key: %+v", o)
+	if o := run("k5", ev()); o.err != nil || !o.replayed {
+		t.Fatalf("a used key: %+v", o)
 	}
 	if count(t, db, `SELECT count(*) FROM events`) != events {
-		t.Fatal("a replayed key wrote an event")
+		t.Fatal("a used key wrote an event")
 	}
 	unknown := ev()
 	unknown.EndpointIDs = []string{"ep_NOPE"}
-	if o := ingest("k6", unknown); o.err != nil || o.resp.StatusCode != 400 || o.evs != nil {
+	if o := run("k6", unknown); o.err != nil || o.resp.StatusCode != 400 || o.evs != nil {
 		t.Fatalf("an unknown endpoint: %+v", o)
 	}
 	if count(t, db, `SELECT count(*) FROM idempotency_records WHERE key = 'k6' AND status_code = 400`) != 1 {
