@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -202,21 +203,29 @@ func (m *Main) startDashboard() error {
 	return nil
 }
 
-// Shutdown stops the listeners gracefully.
+// Shutdown stops the process gracefully (SPEC §1). At one moment the
+// listeners stop accepting and the worker stops taking tasks (asynq stops
+// dequeuing as its Shutdown begins); then it waits for both: the requests
+// in flight, until ctx ends, and the attempts in flight, bounded by their
+// own timeouts, until they are recorded.
 func (m *Main) Shutdown(ctx context.Context) error {
-	var errs []error
-	for _, s := range m.servers {
-		errs = append(errs, s.Shutdown(ctx))
+	var worker sync.WaitGroup
+	if w := m.Worker; w != nil {
+		m.Worker = nil
+		worker.Go(w.Stop)
 	}
+	errs := make([]error, len(m.servers))
+	var listeners sync.WaitGroup
+	for i, s := range m.servers {
+		listeners.Go(func() { errs[i] = s.Shutdown(ctx) })
+	}
+	listeners.Wait()
 	m.servers = nil
 	if m.API != nil {
 		m.API.Wait() // answered requests still handing deliveries to the queue
 		m.API.Close()
 	}
-	if m.Worker != nil {
-		m.Worker.Stop()
-		m.Worker = nil
-	}
+	worker.Wait()
 	return errors.Join(errs...)
 }
 
