@@ -4,12 +4,14 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -220,29 +222,41 @@ func enqueueEvents(t *testing.T, db *storage.DB, p webhookd.Project, rdb redis.U
 }
 
 // stallRequest sends the API at addr a POST /v1/events of a type no
-// endpoint takes, with all of its headers and half of its body, and leaves
-// it there: the listener has a request in flight until finish sends the
-// rest and returns the status of the answer (0 if the connection was closed
-// without one).
-func stallRequest(t *testing.T, addr, key string) (conn net.Conn, finish func() int) {
+// endpoint takes and, once its handler reads the body (it answers the
+// request's Expect: 100-continue), half of the body. The listener then has
+// a request in flight until finish sends the rest and returns the status of
+// the answer (0 if the connection was closed without one). read waits for
+// what the connection says next.
+func stallRequest(t *testing.T, addr, key string) (read func() (string, error), finish func() int) {
 	t.Helper()
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
+	conn.SetDeadline(time.Now().Add(40 * time.Second))
 	body := `{"type":"not.subscribed","data":{}}`
 	if _, err := fmt.Fprintf(conn, "POST /v1/events HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n"+
-		"Idempotency-Key: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
-		addr, key, uuid.NewString(), len(body), body[:len(body)/2]); err != nil {
+		"Idempotency-Key: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nExpect: 100-continue\r\n\r\n",
+		addr, key, uuid.NewString(), len(body)); err != nil {
 		t.Fatal(err)
 	}
-	return conn, func() int {
-		conn.SetDeadline(time.Now().Add(20 * time.Second))
+	br := bufio.NewReader(conn)
+	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != http.StatusContinue {
+		t.Fatalf("the API did not start reading the request: %v %v", resp, err)
+	}
+	if _, err := io.WriteString(conn, body[:len(body)/2]); err != nil {
+		t.Fatal(err)
+	}
+	read = func() (string, error) {
+		b, err := br.ReadString('\n')
+		return b, err
+	}
+	return read, func() int {
 		if _, err := io.WriteString(conn, body[len(body)/2:]); err != nil {
 			return 0
 		}
-		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		resp, err := http.ReadResponse(br, nil)
 		if err != nil {
 			return 0
 		}
@@ -372,5 +386,54 @@ func TestSIGTERMInAllStopsTheWorkerWithTheListeners(t *testing.T) {
 		if d.Status != webhookd.DeliverySucceeded {
 			t.Errorf("delivery %s, in flight at SIGTERM: %s; want its 204 recorded", d.ID, d.Status)
 		}
+	}
+}
+
+// TestSIGTERMDrainBoundCutsAndExitsZero sends SIGTERM to `webhookd serve`
+// while a request hangs half sent. SPEC §1: a process exits 0 on SIGTERM.
+// Once the drain bound (WEBHOOKD_DRAIN_TIMEOUT) has passed, the listener
+// closes the connection without an answer, the log says what was cut, and
+// the process still exits 0.
+func TestSIGTERMDrainBoundCutsAndExitsZero(t *testing.T) {
+	t.Parallel()
+	db, _, dbURL := drillDB(t)
+	_, redisURL := testenv.Redis(t)
+	key, _, err := db.Store().CreateAPIKey(context.Background(), "drill", storage.ProjectPlan{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := "127.0.0.1:" + freePort(t)
+	serve := startProcess(t, "serve", dbURL, redisURL, "WEBHOOKD_API_ADDR="+addr, "WEBHOOKD_DRAIN_TIMEOUT=1s")
+	waitFor(t, 20*time.Second, "webhookd serve listening on "+addr, func() bool {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	read, _ := stallRequest(t, addr, key)
+	if err := serve.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	signalled := time.Now()
+
+	if got, err := read(); got != "" || !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) {
+		t.Errorf("the hanging request, after SIGTERM: read %q, %v; want its connection closed without an answer", got, err)
+	}
+	select {
+	case <-serve.exited:
+	case <-time.After(40 * time.Second):
+		t.Fatalf("webhookd serve still runs %v after SIGTERM", time.Since(signalled).Round(time.Millisecond))
+	}
+	took := time.Since(signalled)
+	t.Logf("webhookd serve exited %v after SIGTERM: %v", took.Round(time.Millisecond), serve.cmd.ProcessState)
+	if code := serve.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("webhookd serve exited with %v after its drain bound passed; want status 0", serve.cmd.ProcessState)
+	}
+	if took > 15*time.Second {
+		t.Errorf("webhookd serve took %v to stop with a drain bound of 1s", took.Round(time.Millisecond))
+	}
+	if logs := serve.logs.String(); !strings.Contains(logs, `"listener":"api"`) || !strings.Contains(logs, `"requests_cut":1`) {
+		t.Errorf("the log does not say that the API listener cut 1 request:\n%s", logs)
 	}
 }

@@ -54,7 +54,7 @@ type Main struct {
 	APIAddr   string // the API's bound address once started
 	OpsAddr   string // the ops listener's bound address once started
 
-	servers []*http.Server
+	servers []*listener
 	health  *health
 }
 
@@ -158,7 +158,7 @@ func (m *Main) Start(ctx context.Context, roles Roles) error {
 			return err
 		}
 		m.API = srv
-		if m.APIAddr, err = m.listen(m.Config.APIAddr, srv); err != nil {
+		if m.APIAddr, err = m.listen("api", m.Config.APIAddr, srv); err != nil {
 			return err
 		}
 		m.Logger.Info("api listening", "addr", m.APIAddr)
@@ -169,15 +169,18 @@ func (m *Main) Start(ctx context.Context, roles Roles) error {
 	return nil
 }
 
-// listen serves h on addr in the background and returns the bound address.
-func (m *Main) listen(addr string, h http.Handler) (string, error) {
+// listen serves h on addr in the background and returns the bound address;
+// name names the listener in the log.
+func (m *Main) listen(name, addr string, h http.Handler) (string, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return "", fmt.Errorf("listen %s: %w", addr, err)
 	}
+	l := &listener{name: name, addr: ln.Addr().String(), conns: map[net.Conn]http.ConnState{}}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 60 * time.Second,
-		IdleTimeout: 120 * time.Second, ErrorLog: slog.NewLogLogger(m.Logger.Handler(), slog.LevelWarn)}
-	m.servers = append(m.servers, srv)
+		IdleTimeout: 120 * time.Second, ErrorLog: slog.NewLogLogger(m.Logger.Handler(), slog.LevelWarn), ConnState: l.track}
+	l.srv = srv
+	m.servers = append(m.servers, l)
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			m.Logger.Error("server stopped", "addr", addr, "err", err)
@@ -206,20 +209,27 @@ func (m *Main) startDashboard() error {
 // Shutdown stops the process gracefully (SPEC §1). At one moment the
 // listeners stop accepting and the worker stops taking tasks (asynq stops
 // dequeuing as its Shutdown begins); then it waits for both: the requests
-// in flight, until ctx ends, and the attempts in flight, bounded by their
-// own timeouts, until they are recorded.
+// in flight until ctx ends, when the connections left are closed (and
+// logged), and the attempts in flight, bounded by their own timeouts, until
+// they are recorded.
 func (m *Main) Shutdown(ctx context.Context) error {
 	var worker sync.WaitGroup
 	if w := m.Worker; w != nil {
 		m.Worker = nil
 		worker.Go(w.Stop)
 	}
-	errs := make([]error, len(m.servers))
+	cut, errs := make([]int, len(m.servers)), make([]error, len(m.servers))
 	var listeners sync.WaitGroup
-	for i, s := range m.servers {
-		listeners.Go(func() { errs[i] = s.Shutdown(ctx) })
+	for i, l := range m.servers {
+		listeners.Go(func() { cut[i], errs[i] = l.drain(ctx) })
 	}
 	listeners.Wait()
+	for i, l := range m.servers {
+		if cut[i] > 0 {
+			m.Logger.Warn("drain bound passed: closed the connections of requests still in flight",
+				"listener", l.name, "addr", l.addr, "requests_cut", cut[i])
+		}
+	}
 	m.servers = nil
 	if m.API != nil {
 		m.API.Wait() // answered requests still handing deliveries to the queue
@@ -231,8 +241,8 @@ func (m *Main) Shutdown(ctx context.Context) error {
 
 // Close releases connections.
 func (m *Main) Close() {
-	for _, s := range m.servers {
-		s.Close()
+	for _, l := range m.servers {
+		l.srv.Close()
 	}
 	if m.API != nil {
 		m.API.Close()
