@@ -370,6 +370,8 @@ func TestSIGTERMInAllStopsTheWorkerWithTheListeners(t *testing.T) {
 		t.Errorf("webhookd all exited with %v after SIGTERM; want status 0", all.cmd.ProcessState)
 	}
 
+	checkShutdownComplete(t, all.logs.String(), []any{"api", "ops"}, 0, true)
+
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	if len(rc.started) != len(inFlight) {
@@ -435,5 +437,27 @@ func TestSIGTERMDrainBoundCutsAndExitsZero(t *testing.T) {
 	}
 	if logs := serve.logs.String(); !strings.Contains(logs, `"listener":"api"`) || !strings.Contains(logs, `"requests_cut":1`) {
 		t.Errorf("the log does not say that the API listener cut 1 request:\n%s", logs)
+	}
+	checkShutdownComplete(t, serve.logs.String(), []any{"api", "ops"}, 1, false)
+}
+
+// checkShutdownComplete checks that the last line of a process's JSON log
+// says its shutdown is complete, which listeners it drained, how many
+// requests it cut and whether it waited for a worker's attempts: what tells
+// a clean stop from a crash.
+func checkShutdownComplete(t *testing.T, logs string, listeners []any, cut int, worker bool) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(logs), "\n")
+	var last map[string]any
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil || last["msg"] != "shutdown complete" {
+		t.Errorf("the last log line is %q (%v); want \"shutdown complete\"", lines[len(lines)-1], err)
+		return
+	}
+	if got, _ := last["listeners_drained"].([]any); fmt.Sprint(got) != fmt.Sprint(listeners) ||
+		last["requests_cut"] != float64(cut) || last["worker_drained"] != worker {
+		t.Errorf("shutdown complete: %v; want listeners_drained %v, requests_cut %d, worker_drained %v", last, listeners, cut, worker)
+	}
+	if _, ok := last["took_ms"].(float64); !ok {
+		t.Errorf("shutdown complete: took_ms %v", last["took_ms"])
 	}
 }

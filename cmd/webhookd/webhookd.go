@@ -211,11 +211,20 @@ func (m *Main) startDashboard() error {
 // dequeuing as its Shutdown begins); then it waits for both: the requests
 // in flight until ctx ends, when the connections left are closed (and
 // logged), and the attempts in flight, bounded by their own timeouts, until
-// they are recorded.
+// they are recorded. Its last line, "shutdown complete", says what it
+// waited for, so that a clean stop reads differently from a crash.
 func (m *Main) Shutdown(ctx context.Context) error {
+	start := time.Now()
+	names := make([]string, len(m.servers))
+	for i, l := range m.servers {
+		names[i] = l.name
+	}
+	w := m.Worker
+	m.Worker = nil
+	m.Logger.Info("shutting down: the listeners stop accepting and the worker stops taking tasks",
+		"listeners", names, "worker", w != nil)
 	var worker sync.WaitGroup
-	if w := m.Worker; w != nil {
-		m.Worker = nil
+	if w != nil {
 		worker.Go(w.Stop)
 	}
 	cut, errs := make([]int, len(m.servers)), make([]error, len(m.servers))
@@ -224,7 +233,9 @@ func (m *Main) Shutdown(ctx context.Context) error {
 		listeners.Go(func() { cut[i], errs[i] = l.drain(ctx) })
 	}
 	listeners.Wait()
+	requestsCut := 0
 	for i, l := range m.servers {
+		requestsCut += cut[i]
 		if cut[i] > 0 {
 			m.Logger.Warn("drain bound passed: closed the connections of requests still in flight",
 				"listener", l.name, "addr", l.addr, "requests_cut", cut[i])
@@ -236,6 +247,10 @@ func (m *Main) Shutdown(ctx context.Context) error {
 		m.API.Close()
 	}
 	worker.Wait()
+	// requests_cut 0: every request in flight was answered; worker_drained:
+	// the attempts in flight finished and were recorded.
+	m.Logger.Info("shutdown complete", "took_ms", time.Since(start).Milliseconds(),
+		"listeners_drained", names, "requests_cut", requestsCut, "worker_drained", w != nil)
 	return errors.Join(errs...)
 }
 
