@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
-	"net/url"
 	"strconv"
 	"strings"
 
@@ -17,7 +16,6 @@ import (
 
 // Endpoint input limits.
 const (
-	maxURLLength         = 2048
 	maxDescriptionLength = 1024
 	maxEventTypes        = 256
 	maxRatePerSecond     = 100000
@@ -101,24 +99,19 @@ func (s *Server) validateEndpoint(in *endpointInput, present map[string]bool) er
 	return nil
 }
 
-// validateURL accepts absolute http(s) URLs without credentials. Unless
-// private networks are allowed, a host that is a literal loopback, private,
-// link-local, multicast or unspecified address, or localhost, is refused
-// here too (the dial-time guard still checks every resolved address). It
-// returns raw with its scheme in lower case (schemes are case-insensitive,
-// RFC 3986 §3.1: HTTPS://x is https://x), and otherwise as given.
+// validateURL accepts the URLs an HTTP client can dial
+// (webhookd.ParseEndpointURL). Unless private networks are allowed, a host
+// that is a literal loopback, private, link-local, multicast or unspecified
+// address, or localhost, is refused here too (the dial-time guard still
+// checks every resolved address). It returns raw with its scheme in lower
+// case (schemes are case-insensitive, RFC 3986 §3.1: HTTPS://x is
+// https://x), and otherwise as given.
 func (s *Server) validateURL(raw string) (string, error) {
-	if raw == "" || len(raw) > maxURLLength {
-		return "", webhookd.Invalid("url", "must be an absolute http or https URL of at most %d characters", maxURLLength)
-	}
-	u, err := url.Parse(raw)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Hostname() == "" {
-		return "", webhookd.Invalid("url", "must be an absolute http or https URL")
+	u, err := webhookd.ParseEndpointURL(raw)
+	if err != nil {
+		return "", err
 	}
 	raw = u.Scheme + raw[len(u.Scheme):] // url.Parse lowered it; the rest stays as sent
-	if u.User != nil {
-		return "", webhookd.Invalid("url", "must not carry a user name or password")
-	}
 	if s.cfg.AllowPrivateNetworks {
 		return raw, nil
 	}

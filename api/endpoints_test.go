@@ -3,6 +3,7 @@ package api_test
 import (
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -157,6 +158,46 @@ func TestEndpointURLRules(t *testing.T) {
 		t.Fatalf("%d endpoints created by bad requests", n)
 	}
 	expectStatus(t, h.do(req{method: "POST", path: "/v1/endpoints", body: `{"url":"https://example.com/ok"}`, idem: "ok"}), http.StatusCreated)
+}
+
+// TestEndpointURLMustBeDialable: SPEC §2, a URL no HTTP client could dial
+// (no host, a port outside 1–65535, whitespace or a control character,
+// user info) is refused with 400 validation_failed naming url, by POST and
+// by PATCH, and changes nothing. Private networks are allowed here: only
+// the URL's form is at stake.
+func TestEndpointURLMustBeDialable(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	bad := []string{"http://:80/", "http://host:0/", "http://host:99999/", "http://host:65536/", "http://a b/",
+		"http://host/a b", "http://user:pw@host/", "http://@host/", "http://host/\x7f", "http://host/\u0085",
+		"http:///x", "http:host", "https://[::1/", "http://a<b/", "http://host/" + strings.Repeat("a", 2048)}
+	refused := func(what string, r response) {
+		t.Helper()
+		if r.status != http.StatusBadRequest || r.errorCode(t) != "validation_failed" {
+			t.Errorf("%s: %d %s; want 400 validation_failed", what, r.status, r.body)
+			return
+		}
+		if f := r.json(t)["error"].(map[string]any)["field"]; f != "url" {
+			t.Errorf("%s: field %v; want url", what, f)
+		}
+	}
+	for i, u := range bad {
+		refused("POST "+strconv.Quote(u), h.do(req{method: "POST", path: "/v1/endpoints", body: map[string]any{"url": u}, idem: fmt.Sprint("u", i)}))
+	}
+	if n := h.count("endpoints"); n != 0 {
+		t.Fatalf("%d endpoints created by refused requests", n)
+	}
+
+	ep := h.createEndpoint(map[string]any{"url": "http://127.0.0.1:9/hook"})
+	path := "/v1/endpoints/" + ep["id"].(string)
+	for _, u := range bad {
+		refused("PATCH "+strconv.Quote(u), h.do(req{method: "PATCH", path: path, body: map[string]any{"url": u, "description": "changed"}}))
+	}
+	g := h.do(req{method: "GET", path: path})
+	expectStatus(t, g, http.StatusOK)
+	if got := g.json(t); got["url"] != ep["url"] || got["description"] != ep["description"] || got["version"] != ep["version"] {
+		t.Fatalf("after refused PATCHes: %v; want it as created: %v", got, ep)
+	}
 }
 
 // TestEndpointURLSchemeIsCaseInsensitive: HTTP://… is http://… (RFC 3986

@@ -36,6 +36,7 @@ type Config struct {
 	TrustedProxies       string        // WEBHOOKD_TRUSTED_PROXIES; none (comma-separated CIDRs or addresses)
 	LogFormat            string        // WEBHOOKD_LOG_FORMAT; "" (JSON lines, text on a terminal), json or text
 	RequestTimeout       time.Duration // WEBHOOKD_REQUEST_TIMEOUT; 30s
+	DrainTimeout         time.Duration // WEBHOOKD_DRAIN_TIMEOUT; 30s: on SIGTERM, the wait for requests in flight before their connections are closed
 	EncryptionKey        string        // WEBHOOKD_ENCRYPTION_KEY; none: secrets stored in clear
 }
 
@@ -78,6 +79,7 @@ func DefaultConfig() Config {
 		ReconcileInterval:   5 * time.Second,
 		LogLevel:            "info",
 		RequestTimeout:      30 * time.Second,
+		DrainTimeout:        30 * time.Second,
 	}
 }
 
@@ -112,6 +114,8 @@ func (c Config) Validate() error {
 		return errors.New("WEBHOOKD_DATABASE_MAX_CONNS must be at least 4")
 	case c.RequestTimeout <= 0:
 		return errors.New("WEBHOOKD_REQUEST_TIMEOUT must be positive")
+	case c.DrainTimeout <= 0:
+		return errors.New("WEBHOOKD_DRAIN_TIMEOUT must be positive")
 	case c.ReconcileInterval <= 0:
 		return errors.New("WEBHOOKD_RECONCILE_INTERVAL must be positive")
 	case c.LogFormat != "" && c.LogFormat != "json" && c.LogFormat != "text":
@@ -187,6 +191,7 @@ func (c *Config) bind(fs *flag.FlagSet, getenv func(string) string) func() error
 	i64(&c.MaxPayloadBytes, "max-payload-bytes", "WEBHOOKD_MAX_PAYLOAD_BYTES", "largest request body")
 	i64(&c.MaxBatchBytes, "max-batch-bytes", "WEBHOOKD_MAX_BATCH_BYTES", "largest batch request body")
 	dur(&c.RequestTimeout, "request-timeout", "WEBHOOKD_REQUEST_TIMEOUT", "longest an API request may take before it answers 503 timeout")
+	dur(&c.DrainTimeout, "drain-timeout", "WEBHOOKD_DRAIN_TIMEOUT", "on SIGTERM, how long the listeners wait for requests in flight before closing their connections")
 	dur(&c.ReconcileInterval, "reconcile-interval", "WEBHOOKD_RECONCILE_INTERVAL", "how often due deliveries without a task are re-enqueued")
 	conc, perEndpoint, conns := int64(c.WorkerConcurrency), int64(c.EndpointMaxInFlight), int64(c.DatabaseMaxConns)
 	i64(&conc, "worker-concurrency", "WEBHOOKD_WORKER_CONCURRENCY", "parallel deliveries per worker")

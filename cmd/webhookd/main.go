@@ -17,7 +17,6 @@ import (
 	"runtime/debug"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/redis/go-redis/v9"
@@ -161,7 +160,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return err
 		}
 		<-ctx.Done()
-		shutdown, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		shutdown, cancel := context.WithTimeout(context.Background(), m.Config.DrainTimeout)
 		defer cancel()
 		return m.Shutdown(shutdown)
 	default:

@@ -36,7 +36,7 @@ func (m *Main) startOps(withDashboard bool) error {
 	})
 	mux.HandleFunc("GET /readyz", m.health.serveReadyz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
-	addr, err := m.listen(m.Config.DashboardAddr, mux)
+	addr, err := m.listen("ops", m.Config.DashboardAddr, mux)
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -53,7 +54,7 @@ type Main struct {
 	APIAddr   string // the API's bound address once started
 	OpsAddr   string // the ops listener's bound address once started
 
-	servers []*http.Server
+	servers []*listener
 	health  *health
 }
 
@@ -157,7 +158,7 @@ func (m *Main) Start(ctx context.Context, roles Roles) error {
 			return err
 		}
 		m.API = srv
-		if m.APIAddr, err = m.listen(m.Config.APIAddr, srv); err != nil {
+		if m.APIAddr, err = m.listen("api", m.Config.APIAddr, srv); err != nil {
 			return err
 		}
 		m.Logger.Info("api listening", "addr", m.APIAddr)
@@ -168,15 +169,18 @@ func (m *Main) Start(ctx context.Context, roles Roles) error {
 	return nil
 }
 
-// listen serves h on addr in the background and returns the bound address.
-func (m *Main) listen(addr string, h http.Handler) (string, error) {
+// listen serves h on addr in the background and returns the bound address;
+// name names the listener in the log.
+func (m *Main) listen(name, addr string, h http.Handler) (string, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return "", fmt.Errorf("listen %s: %w", addr, err)
 	}
+	l := &listener{name: name, addr: ln.Addr().String(), conns: map[net.Conn]http.ConnState{}}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 60 * time.Second,
-		IdleTimeout: 120 * time.Second, ErrorLog: slog.NewLogLogger(m.Logger.Handler(), slog.LevelWarn)}
-	m.servers = append(m.servers, srv)
+		IdleTimeout: 120 * time.Second, ErrorLog: slog.NewLogLogger(m.Logger.Handler(), slog.LevelWarn), ConnState: l.track}
+	l.srv = srv
+	m.servers = append(m.servers, l)
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			m.Logger.Error("server stopped", "addr", addr, "err", err)
@@ -202,28 +206,58 @@ func (m *Main) startDashboard() error {
 	return nil
 }
 
-// Shutdown stops the listeners gracefully.
+// Shutdown stops the process gracefully (SPEC §1). At one moment the
+// listeners stop accepting and the worker stops taking tasks (asynq stops
+// dequeuing as its Shutdown begins); then it waits for both: the requests
+// in flight until ctx ends, when the connections left are closed (and
+// logged), and the attempts in flight, bounded by their own timeouts, until
+// they are recorded. Its last line, "shutdown complete", says what it
+// waited for, so that a clean stop reads differently from a crash.
 func (m *Main) Shutdown(ctx context.Context) error {
-	var errs []error
-	for _, s := range m.servers {
-		errs = append(errs, s.Shutdown(ctx))
+	start := time.Now()
+	names := make([]string, len(m.servers))
+	for i, l := range m.servers {
+		names[i] = l.name
+	}
+	w := m.Worker
+	m.Worker = nil
+	m.Logger.Info("shutting down: the listeners stop accepting and the worker stops taking tasks",
+		"listeners", names, "worker", w != nil)
+	var worker sync.WaitGroup
+	if w != nil {
+		worker.Go(w.Stop)
+	}
+	cut, errs := make([]int, len(m.servers)), make([]error, len(m.servers))
+	var listeners sync.WaitGroup
+	for i, l := range m.servers {
+		listeners.Go(func() { cut[i], errs[i] = l.drain(ctx) })
+	}
+	listeners.Wait()
+	requestsCut := 0
+	for i, l := range m.servers {
+		requestsCut += cut[i]
+		if cut[i] > 0 {
+			m.Logger.Warn("drain bound passed: closed the connections of requests still in flight",
+				"listener", l.name, "addr", l.addr, "requests_cut", cut[i])
+		}
 	}
 	m.servers = nil
 	if m.API != nil {
 		m.API.Wait() // answered requests still handing deliveries to the queue
 		m.API.Close()
 	}
-	if m.Worker != nil {
-		m.Worker.Stop()
-		m.Worker = nil
-	}
+	worker.Wait()
+	// requests_cut 0: every request in flight was answered; worker_drained:
+	// the attempts in flight finished and were recorded.
+	m.Logger.Info("shutdown complete", "took_ms", time.Since(start).Milliseconds(),
+		"listeners_drained", names, "requests_cut", requestsCut, "worker_drained", w != nil)
 	return errors.Join(errs...)
 }
 
 // Close releases connections.
 func (m *Main) Close() {
-	for _, s := range m.servers {
-		s.Close()
+	for _, l := range m.servers {
+		l.srv.Close()
 	}
 	if m.API != nil {
 		m.API.Close()
