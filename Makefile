@@ -22,13 +22,20 @@ BENCH_TOOL        ?= bin/webhookd-bench
 BENCH_SMOKE_FLAGS ?= -runs 1 -ceiling-tasks 5000 -burst-events 1000 -slow-deliveries 2000 \
 	-noisy-duration 5s -steady-duration 5s -scheduled-count 20000 -ingest-events 2000 -redis-down-events 500 \
 	-ingest-batch-events 10000 -stall-timeout 10s -max-wait 1m
+# make bench BASELINE=bin/webhookd-base (or bench-smoke) also measures that
+# binary, alternately with $(BIN) in the same session, and reports both and
+# their ratio; make bench-baseline REV=<revision> builds it.
+BASELINE     ?=
+BASELINE_BIN ?= bin/webhookd-base
+REV          ?=
+BENCH_AB      = $(if $(BASELINE), -baseline $(BASELINE))
 # templ is used only once go.mod declares it as a tool
 # (go get -tool github.com/a-h/templ/cmd/templ@v0.3.1100).
 TEMPL_TOOL := github.com/a-h/templ/cmd/templ
 
 .DEFAULT_GOAL := build
 
-.PHONY: build run test soak fuzz bench bench-go bench-smoke bench-tool generate check-generated vet fmt-check
+.PHONY: build run test soak fuzz bench bench-go bench-smoke bench-tool bench-baseline generate check-generated vet fmt-check
 
 ## build: compile the webhookd binary into bin/
 build:
@@ -62,9 +69,18 @@ fuzz:
 	done
 
 ## bench: the Go benchmarks, then the load tool against bin/webhookd (every
-## scenario 3 times, medians) writing BENCHMARKS.md; about 25 minutes on 2 cores
+## scenario 3 times, medians) writing BENCHMARKS.md; about 25 minutes on 2 cores.
+## With BASELINE=bin/webhookd-base every scenario run is measured on that
+## binary too, alternately with bin/webhookd (about twice as long), and the
+## report gives both medians, their ratio, and any figure over 10% worse
 bench: bench-go build bench-tool
-	$(BENCH_TOOL) -webhookd $(BIN) -runs 3 -out BENCHMARKS.md
+	$(BENCH_TOOL) -webhookd $(BIN) -runs 3 -out BENCHMARKS.md$(BENCH_AB)
+
+## bench-baseline: build the webhookd of git revision REV into bin/webhookd-base
+## (BASELINE_BIN), in a temporary worktree removed afterwards, for
+## make bench BASELINE=bin/webhookd-base; e.g. make bench-baseline REV=fc972c5
+bench-baseline:
+	bash scripts/bench-baseline.sh '$(REV)' '$(BASELINE_BIN)'
 
 ## bench-go: the Go benchmarks alone; `make bench-go BENCHTIME=1x` runs each once
 bench-go:
@@ -74,7 +90,7 @@ bench-go:
 ## stdout; what CI runs
 bench-smoke: build bench-tool
 	$(MAKE) --no-print-directory bench-go BENCHTIME=1x
-	$(BENCH_TOOL) -webhookd $(BIN) $(BENCH_SMOKE_FLAGS) -out -
+	$(BENCH_TOOL) -webhookd $(BIN) $(BENCH_SMOKE_FLAGS) -out -$(BENCH_AB)
 
 ## bench-tool: compile the load tool into bin/
 bench-tool:

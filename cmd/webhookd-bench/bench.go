@@ -12,6 +12,10 @@ import (
 // runBench measures the asynq ceiling and then every selected scenario,
 // Runs times over. A failed measurement is recorded in the report and the
 // rest go on; only the end of ctx stops it early.
+//
+// With -baseline each scenario run is two, one on each binary, one right
+// after the other: the baseline first in odd runs, the candidate first in
+// even ones, so that neither always has the machine as the other left it.
 func runBench(ctx context.Context, o *Options) (*report, error) {
 	env, err := describeEnvironment(ctx, o)
 	if err != nil {
@@ -19,7 +23,12 @@ func runBench(ctx context.Context, o *Options) (*report, error) {
 	}
 	rep := &report{Env: env, Options: o}
 	for _, name := range o.selected() {
-		rep.Scenarios = append(rep.Scenarios, &scenarioReport{Scenario: scenarios[name]})
+		s := &scenarioReport{Scenario: scenarios[name]}
+		if o.Baseline != "" {
+			s.Role = "candidate"
+			s.Baseline = &scenarioReport{Scenario: s.Scenario, Role: "baseline"}
+		}
+		rep.Scenarios = append(rep.Scenarios, s)
 	}
 	seq := 0
 	for run := 1; run <= o.Runs; run++ {
@@ -27,13 +36,35 @@ func runBench(ctx context.Context, o *Options) (*report, error) {
 			return rep, err
 		}
 		for _, s := range rep.Scenarios {
-			seq++
-			if err := s.runOnce(ctx, o, run, seq); err != nil {
-				return rep, err
+			for _, side := range s.sides(o, run) {
+				seq++
+				if err := side.s.runOnce(ctx, side.o, run, seq); err != nil {
+					return rep, err
+				}
 			}
 		}
 	}
 	return rep, nil
+}
+
+// side is one binary's record of a scenario and the options that measure it.
+type side struct {
+	s *scenarioReport
+	o *Options
+}
+
+// sides is what one run of the scenario measures, in order: the candidate
+// alone, or with -baseline both, the baseline first when run is odd.
+func (s *scenarioReport) sides(o *Options, run int) []side {
+	cand := side{s, o}
+	if s.Baseline == nil {
+		return []side{cand}
+	}
+	base := side{s.Baseline, o.forBaseline()}
+	if run%2 == 1 {
+		return []side{base, cand}
+	}
+	return []side{cand, base}
 }
 
 // measureCeiling adds one ceiling measurement; only ctx's end is returned.
@@ -57,7 +88,11 @@ func (r *report) measureCeiling(ctx context.Context, run int) error {
 // runOnce runs the scenario once and records its figures or its error;
 // only ctx's end is returned.
 func (s *scenarioReport) runOnce(ctx context.Context, o *Options, run, seq int) error {
-	progress("run %d/%d: %s", run, o.Runs, s.Scenario.Name)
+	if s.Role != "" {
+		progress("run %d/%d: %s, %s %s", run, o.Runs, s.Scenario.Name, s.Role, o.Webhookd)
+	} else {
+		progress("run %d/%d: %s", run, o.Runs, s.Scenario.Name)
+	}
 	start := time.Now()
 	res, err := s.Scenario.Run(ctx, o, seq)
 	if ctx.Err() != nil {
@@ -92,6 +127,9 @@ func (r *report) failures() int {
 	}
 	for _, s := range r.Scenarios {
 		n += len(s.Errors)
+		if s.Baseline != nil {
+			n += len(s.Baseline.Errors)
+		}
 	}
 	return n
 }

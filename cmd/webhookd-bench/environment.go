@@ -25,6 +25,8 @@ type environment struct {
 	Redis    string // filled in by the first ceiling measurement
 	Asynq    string // the asynq the ceiling ran on (this tool's own)
 	Command  string
+
+	Candidate, Baseline string // with -baseline, each binary as describeBinary has it
 }
 
 // describeEnvironment gathers everything but the Redis version. Only an
@@ -34,8 +36,33 @@ func describeEnvironment(ctx context.Context, o *Options) (environment, error) {
 	if err != nil {
 		return environment{}, err
 	}
-	return environment{Date: time.Now().UTC(), Commit: gitCommit(o.Out), Machine: machine(),
-		Go: goVersion(o.Webhookd), Postgres: pg, Redis: "unknown", Asynq: asynqVersion(), Command: commandLine()}, nil
+	env := environment{Date: time.Now().UTC(), Commit: gitCommit(o.Out), Machine: machine(),
+		Go: goVersion(o.Webhookd), Postgres: pg, Redis: "unknown", Asynq: asynqVersion(), Command: commandLine()}
+	if o.Baseline != "" {
+		env.Candidate, env.Baseline = describeBinary(o.Webhookd), describeBinary(o.Baseline)
+	}
+	return env, nil
+}
+
+// describeBinary is "`path`: revision fc972c5, go1.26.8": the revision is
+// what the Go toolchain recorded in the binary (make bench-baseline builds
+// with -buildvcs=true), with "+dirty" for uncommitted changes, or "not
+// recorded".
+func describeBinary(path string) string {
+	bi, err := buildinfo.ReadFile(path)
+	if err != nil {
+		return "`" + path + "`: unknown (" + err.Error() + ")"
+	}
+	rev, dirty := "not recorded", ""
+	for _, st := range bi.Settings {
+		switch {
+		case st.Key == "vcs.revision":
+			rev = st.Value[:min(7, len(st.Value))]
+		case st.Key == "vcs.modified" && st.Value == "true":
+			dirty = "+dirty"
+		}
+	}
+	return fmt.Sprintf("`%s`: revision %s%s, %s", path, rev, dirty, bi.GoVersion)
 }
 
 // asynqVersion is the version of asynq built into this tool.

@@ -109,3 +109,44 @@ func ratio(v, ceiling float64) string {
 	}
 	return fmt.Sprintf("%.2f×", v/ceiling)
 }
+
+// tolerance is how much worse than the baseline's a candidate's median may
+// be: the team's rule is within 10% of the binary before the change.
+const tolerance = 0.10
+
+// tolerancePercent is tolerance as "10%".
+func tolerancePercent() string { return strconv.FormatFloat(tolerance*100, 'f', -1, 64) + "%" }
+
+// higherIsBetter says which way a figure improves: rates (the throughput
+// figures and every other /s) up, everything else (latencies, sizes, times,
+// events lost, requests refused or held) down. It is the targets' direction
+// too: atLeast is only ever set on rates, below and none on the rest.
+func (f figure) higherIsBetter() bool { return f.Throughput || f.Unit == perSecond }
+
+// versus compares a candidate's median c with the baseline's b for a figure
+// that improves upward when up: the ratio c/b ("0.957×"), and whether c is
+// within tolerance of b in the direction that matters ("yes", "no", or "n/a"
+// when either is not measured). Equal values are 1.000× (0 and 0 included);
+// anything against a baseline of 0 is ∞.
+func versus(c, b float64, up bool) (text, within string) {
+	switch {
+	case math.IsNaN(c) || math.IsNaN(b):
+		return "n/a", "n/a"
+	case c == b:
+		return "1.000×", "yes"
+	case b == 0:
+		if up == (c > 0) {
+			return "∞", "yes"
+		}
+		return "∞", "no"
+	}
+	r := c / b
+	worse := r > 1+tolerance
+	if up {
+		worse = r < 1-tolerance
+	}
+	if worse {
+		return fmt.Sprintf("%.3f×", r), "no"
+	}
+	return fmt.Sprintf("%.3f×", r), "yes"
+}

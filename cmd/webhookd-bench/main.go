@@ -7,7 +7,14 @@
 //
 // Exit status: 0 when everything was measured (missed targets included),
 // 1 when a measurement failed, 2 on bad flags, 3 with -strict when a target
-// was missed, 130 when interrupted.
+// was missed (or, with -baseline, a figure was more than 10% worse than the
+// baseline's), 130 when interrupted.
+//
+// With -baseline, every scenario run is measured on the baseline binary and
+// on -webhookd alternately (odd runs the baseline first, even runs the
+// candidate first), in the same session, and the report gives both medians
+// and their ratio: the team's rule of comparing a change with the binary
+// before it.
 package main
 
 import (
@@ -73,6 +80,11 @@ func prepareBinary(ctx context.Context, o *Options) error {
 	if _, err := os.Stat(o.Webhookd); err != nil {
 		return fmt.Errorf("%w (build it with `make build`, or pass -build)", err)
 	}
+	if o.Baseline != "" {
+		if _, err := os.Stat(o.Baseline); err != nil {
+			return fmt.Errorf("-baseline: %w (build one with `make bench-baseline REV=<revision>`)", err)
+		}
+	}
 	return nil
 }
 
@@ -86,11 +98,16 @@ func finish(rep *report, o *Options) int {
 	if len(missed) > 0 {
 		fmt.Fprintf(os.Stderr, "webhookd-bench: targets missed or not measurable: %s\n", strings.Join(missed, "; "))
 	}
+	worse := rep.Regressions()
+	if len(worse) > 0 {
+		fmt.Fprintf(os.Stderr, "webhookd-bench: worse than the baseline by more than %s: %s\n",
+			tolerancePercent(), strings.Join(worse, "; "))
+	}
 	switch {
 	case rep.failures() > 0:
 		fmt.Fprintf(os.Stderr, "webhookd-bench: %d measurements failed (see the report)\n", rep.failures())
 		return 1
-	case o.Strict && len(missed) > 0:
+	case o.Strict && len(missed)+len(worse) > 0:
 		return 3
 	}
 	return 0

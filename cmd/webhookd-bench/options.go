@@ -16,11 +16,12 @@ import (
 // passes small ones.
 type Options struct {
 	Webhookd    string // -webhookd; bin/webhookd
+	Baseline    string // -baseline; none: a binary measured alternately with -webhookd
 	Build       bool   // -build; false: build -webhookd from ./cmd/webhookd first
 	DatabaseURL string // -database-url; the local server's postgres database
 	Runs        int    // -runs; 3
 	Out         string // -out; BENCHMARKS.md ("-" prints to stdout)
-	Strict      bool   // -strict; false: exit 3 when a target is missed
+	Strict      bool   // -strict; false: exit 3 when a target is missed (or a figure is worse than -baseline's)
 	Scenarios   string // -scenarios; all, comma-separated
 
 	CeilingTasks int // -ceiling-tasks; 50000
@@ -64,12 +65,15 @@ var scenarioNames = []string{"burst", "slow", "noisy", "steady", "scheduled", "i
 // bind registers every option on fs with its default.
 func (o *Options) bind(fs *flag.FlagSet) {
 	fs.StringVar(&o.Webhookd, "webhookd", "bin/webhookd", "the webhookd binary to measure")
+	fs.StringVar(&o.Baseline, "baseline", "",
+		"a baseline webhookd binary: every scenario run is measured on it and on -webhookd alternately, "+
+			"and the report gives both medians and their ratio (none: -webhookd alone)")
 	fs.BoolVar(&o.Build, "build", false, "build -webhookd from ./cmd/webhookd before measuring")
 	fs.StringVar(&o.DatabaseURL, "database-url", defaultDatabaseURL,
 		"PostgreSQL server (on loopback) where each scenario run gets a fresh database")
 	fs.IntVar(&o.Runs, "runs", 3, "repetitions of every scenario; the report gives the median")
 	fs.StringVar(&o.Out, "out", "BENCHMARKS.md", `report file ("-": stdout)`)
-	fs.BoolVar(&o.Strict, "strict", false, "exit 3 when a target is missed")
+	fs.BoolVar(&o.Strict, "strict", false, "exit 3 when a target is missed, or a figure is more than 10% worse than -baseline's")
 	fs.StringVar(&o.Scenarios, "scenarios", strings.Join(scenarioNames, ","), "scenarios to run, comma-separated")
 	fs.IntVar(&o.CeilingTasks, "ceiling-tasks", 50000, "tasks in the asynq no-op ceiling measurement")
 	fs.IntVar(&o.BurstEvents, "burst-events", 5000, "burst: events (each to 4 endpoints)")
@@ -95,6 +99,13 @@ func (o *Options) bind(fs *flag.FlagSet) {
 	fs.IntVar(&o.WorkerConcurrency, "worker-concurrency", 0, "WEBHOOKD_WORKER_CONCURRENCY for every run (0: webhookd's default)")
 	fs.DurationVar(&o.StallTimeout, "stall-timeout", 30*time.Second, "give up waiting for deliveries after this long without a new one")
 	fs.DurationVar(&o.MaxWait, "max-wait", 10*time.Minute, "give up waiting for deliveries after this long in all")
+}
+
+// forBaseline is o with -baseline as the binary to measure.
+func (o *Options) forBaseline() *Options {
+	b := *o
+	b.Webhookd = o.Baseline
+	return &b
 }
 
 // selected returns the scenarios to run, in their fixed order.

@@ -15,11 +15,14 @@ type report struct {
 	Scenarios []*scenarioReport
 }
 
-// scenarioReport is one scenario's repetitions.
+// scenarioReport is one scenario's repetitions on one binary.
 type scenarioReport struct {
 	Scenario scenario
+	Role     string   // with -baseline, "candidate" or "baseline"; "" without
 	Results  []result // the repetitions that finished
 	Errors   []string // the ones that did not
+
+	Baseline *scenarioReport // with -baseline, the same scenario on the baseline binary
 }
 
 // row is one figure over all repetitions.
@@ -46,6 +49,40 @@ func (s *scenarioReport) rows() []row {
 		out[i].Value = median(out[i].Values)
 	}
 	return out
+}
+
+// pair is one figure on the candidate and on the baseline; a side where it
+// was never measured has no values and a NaN median.
+type pair struct {
+	Cand, Base row
+}
+
+// pairs matches the candidate's rows with the baseline's by name, in the
+// candidate's order, then any the baseline alone has.
+func (s *scenarioReport) pairs() []pair {
+	var out []pair
+	base := s.Baseline.rows()
+	for _, c := range s.rows() {
+		p := pair{Cand: c, Base: row{figure: c.figure}}
+		p.Base.Value = nan
+		if i := slices.IndexFunc(base, func(b row) bool { return b.Name == c.Name }); i >= 0 {
+			p.Base = base[i]
+		}
+		out = append(out, p)
+	}
+	for _, b := range base {
+		if !slices.ContainsFunc(out, func(p pair) bool { return p.Cand.Name == b.Name }) {
+			p := pair{Cand: row{figure: b.figure}, Base: b}
+			p.Cand.Value = nan
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// versus is the pair's ratio and whether the candidate is within tolerance.
+func (p pair) versus() (text, within string) {
+	return versus(p.Cand.Value, p.Base.Value, p.Cand.higherIsBetter())
 }
 
 // notes are the repetitions' notes, each once.
@@ -78,6 +115,24 @@ func (r *report) Missed() []string {
 	return out
 }
 
+// Regressions lists "scenario: figure (ratio)" for every figure whose
+// candidate median is worse than the baseline's by more than tolerance;
+// none without -baseline.
+func (r *report) Regressions() []string {
+	var out []string
+	for _, s := range r.Scenarios {
+		if s.Baseline == nil {
+			continue
+		}
+		for _, p := range s.pairs() {
+			if text, within := p.versus(); within == "no" {
+				out = append(out, fmt.Sprintf("%s: %s (%s)", s.Scenario.Name, p.Cand.Name, text))
+			}
+		}
+	}
+	return out
+}
+
 // Write renders the report as Markdown.
 func (r *report) Write(w io.Writer) error {
 	var b strings.Builder
@@ -104,8 +159,17 @@ func (r *report) writeHeader(b *strings.Builder) {
 	fmt.Fprintf(b, "| PostgreSQL | %s |\n", r.Env.Postgres)
 	fmt.Fprintf(b, "| Redis | %s |\n", r.Env.Redis)
 	fmt.Fprintf(b, "| command | `%s` |\n", r.Env.Command)
-	fmt.Fprintf(b, "| repetitions | %d of each scenario; the median is the figure, each run's value is beside it |\n",
-		r.Options.Runs)
+	if r.Options.Baseline == "" {
+		fmt.Fprintf(b, "| repetitions | %d of each scenario; the median is the figure, each run's value is beside it |\n",
+			r.Options.Runs)
+	} else {
+		fmt.Fprintf(b, "| candidate | %s |\n", r.Env.Candidate)
+		fmt.Fprintf(b, "| baseline | %s |\n", r.Env.Baseline)
+		fmt.Fprintf(b, "| repetitions | %d of each scenario on each binary, alternately in the same session: "+
+			"each run of a scenario measures both, one right after the other, the baseline first in odd runs and "+
+			"the candidate first in even ones; each median is the figure, each run's value is beside it, and "+
+			"the ratio is candidate / baseline |\n", r.Options.Runs)
+	}
 	fmt.Fprintf(b, "| asynq no-op ceiling | %s (runs: %s): asynq %s alone, %s tasks with TaskIDs enqueued one by one, "+
 		"then run by a server with concurrency %d and a handler that does nothing; measured before each repetition |\n",
 		format(r.Ceiling(), perSecond), values(r.Ceilings, perSecond), r.Env.Asynq, thousands(float64(r.Options.CeilingTasks)),
@@ -115,16 +179,34 @@ func (r *report) writeHeader(b *strings.Builder) {
 	}
 	b.WriteString("\nHow to reproduce: `make bench` (the Go benchmarks, then this tool with `-runs 3 -out BENCHMARKS.md`); " +
 		"`make bench-smoke` runs a small version and prints it.\n\n")
+	if r.Options.Baseline != "" {
+		b.WriteString("A/B: `make bench-baseline REV=<revision>` builds `bin/webhookd-base` from a revision; " +
+			"`make bench BASELINE=bin/webhookd-base` measures it alternately with `bin/webhookd`.\n\n")
+	}
 	missed := r.Missed()
 	if len(missed) == 0 {
 		b.WriteString("Every target is met.\n")
 	} else {
 		fmt.Fprintf(b, "Targets missed or not measurable: %s.\n", strings.Join(missed, "; "))
 	}
+	if r.Options.Baseline == "" {
+		return
+	}
+	if worse := r.Regressions(); len(worse) == 0 {
+		fmt.Fprintf(b, "\nEvery figure is within %s of the baseline's (higher is better for rates, lower for "+
+			"everything else).\n", tolerancePercent())
+	} else {
+		fmt.Fprintf(b, "\nWorse than the baseline by more than %s (higher is better for rates, lower for everything "+
+			"else): %s.\n", tolerancePercent(), strings.Join(worse, "; "))
+	}
 }
 
 func (r *report) writeScenario(b *strings.Builder, s *scenarioReport) {
 	fmt.Fprintf(b, "\n## %s\n\n%s.\n\n", s.Scenario.Name, s.Scenario.Title(r.Options))
+	if s.Baseline != nil {
+		r.writeComparison(b, s)
+		return
+	}
 	b.WriteString("| figure | median | runs | target | met | vs asynq ceiling |\n|---|---|---|---|---|---|\n")
 	for _, row := range s.rows() {
 		vs := ""
@@ -139,6 +221,37 @@ func (r *report) writeScenario(b *strings.Builder, s *scenarioReport) {
 	}
 	for _, e := range s.Errors {
 		fmt.Fprintf(b, "\nFailed: %s\n", oneLine(e))
+	}
+}
+
+// writeComparison is writeScenario's table with -baseline: each figure's
+// median and runs on both binaries, their ratio, and the candidate's target.
+func (r *report) writeComparison(b *strings.Builder, s *scenarioReport) {
+	fmt.Fprintf(b, "| figure | candidate | runs | baseline | runs | candidate / baseline | within %s | target | met |\n"+
+		"|---|---|---|---|---|---|---|---|---|\n", tolerancePercent())
+	for _, p := range s.pairs() {
+		text, within := p.versus()
+		if within == "no" {
+			within = "**no**"
+		}
+		c, base := p.Cand, p.Base
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", c.Name,
+			format(c.Value, c.Unit), values(c.Values, c.Unit), format(base.Value, base.Unit), values(base.Values, base.Unit),
+			text, within, c.Target.Text, c.Target.met(c.Value, r.Ceiling()))
+	}
+	for _, n := range s.notes() {
+		fmt.Fprintf(b, "\nNote: %s\n", n)
+	}
+	for _, n := range s.Baseline.notes() {
+		if !slices.Contains(s.notes(), n) {
+			fmt.Fprintf(b, "\nNote (baseline): %s\n", n)
+		}
+	}
+	for _, e := range s.Errors {
+		fmt.Fprintf(b, "\nFailed (candidate): %s\n", oneLine(e))
+	}
+	for _, e := range s.Baseline.Errors {
+		fmt.Fprintf(b, "\nFailed (baseline): %s\n", oneLine(e))
 	}
 }
 
