@@ -44,8 +44,8 @@ func (s *Store) CreateEvents(ctx context.Context, projectID string, evs []NewEve
 	return c.res.Events, c.err
 }
 
-// eventRows are new events, as the columns of insertEvents, and their
-// deliveries.
+// eventRows are new events, as the columns writeGroupRows takes, and
+// their deliveries.
 type eventRows struct {
 	ids, projects, types, data []string
 	ext                        []*string
@@ -81,13 +81,7 @@ func (r *eventRows) truncate(m rowsMark) {
 
 func (r *eventRows) args() []any { return []any{r.ids, r.projects, r.types, r.data, r.ext, r.at} }
 
-const insertEvents = `
-	INSERT INTO events (id, project_id, type, data, external_id, created_at)
-	SELECT id, prj, typ, data::json, ext, at
-	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[])
-		AS t(id, prj, typ, data, ext, at)`
-
-// deliveryRows are new deliveries, as the columns of insertDeliveries.
+// deliveryRows are new deliveries, as the columns writeGroupRows takes.
 type deliveryRows struct {
 	ids, projects, events, endpoints, types, triggers []string
 	due                                               []time.Time
@@ -115,12 +109,6 @@ func (d *deliveryRows) add(projectID string, evs []NewEvent, ids []string, targe
 func (d *deliveryRows) args() []any {
 	return []any{d.ids, d.projects, d.events, d.endpoints, d.types, d.triggers, d.due}
 }
-
-const insertDeliveries = `
-	INSERT INTO deliveries (id, project_id, event_id, endpoint_id, event_type, trigger, status, next_attempt_at, created_at, updated_at)
-	SELECT id, prj, ev, ep, typ, trig, 'pending', due, due, due
-	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::timestamptz[])
-		AS t(id, prj, ev, ep, typ, trig, due)`
 
 // matchCandidates reads the endpoints of projects $1 that events can go
 // to: those listed by id ($2), and the active ones subscribed to one of

@@ -154,19 +154,8 @@ func (db *DB) writeGroup(ctx context.Context, conn batchConn, group []*ingestCal
 	}
 
 	b = &pgx.Batch{}
-	if len(rows.ids) > 0 {
-		b.Queue(insertEvents, rows.args()...)
-	}
-	if len(rows.deliveries.ids) > 0 {
-		b.Queue(insertDeliveries, rows.deliveries.args()...)
-	}
-	if len(rec.keys) > 0 {
-		b.Queue(storeResponses, rec.args()...)
-	}
-	if len(released.keys) > 0 {
-		b.Queue(`DELETE FROM idempotency_records r USING unnest($1::text[], $2::text[]) AS t(prj, key)
-			WHERE r.project_id = t.prj AND r.key = t.key`, released.projects, released.keys)
-	}
+	args := append(append(append(rows.args(), rows.deliveries.args()...), rec.args()...), released.projects, released.keys)
+	b.Queue(writeGroupRows, args...)
 	var tag pgconn.CommandTag
 	b.Queue("COMMIT").Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
@@ -177,6 +166,37 @@ func (db *DB) writeGroup(ctx context.Context, conn batchConn, group []*ingestCal
 	}
 	return nil
 }
+
+// writeGroupRows writes a group's rows in one statement: its events
+// ($1-$6, eventRows.args), their deliveries ($7-$13, deliveryRows.args),
+// the responses of its keys ($14-$21, storedResponses.args: the records
+// are the transaction's own, each found through the key's index) and the
+// release of the keys whose response is not remembered ($22 projects, $23
+// keys). The deliveries' foreign keys are checked at the statement's end,
+// when the events are in.
+const writeGroupRows = `
+	WITH ev AS (
+		INSERT INTO events (id, project_id, type, data, external_id, created_at)
+		SELECT id, prj, typ, data::json, ext, at
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[])
+			AS t(id, prj, typ, data, ext, at)
+	), dl AS (
+		INSERT INTO deliveries (id, project_id, event_id, endpoint_id, event_type, trigger, status, next_attempt_at, created_at, updated_at)
+		SELECT id, prj, ev, ep, typ, trig, 'pending', due, due, due
+		FROM unnest($7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::timestamptz[])
+			AS t(id, prj, ev, ep, typ, trig, due)
+	), rec AS (
+		INSERT INTO idempotency_records (project_id, key, fingerprint, created_at, expires_at,
+			status_code, content_type, response_body)
+		SELECT * FROM unnest($14::text[], $15::text[], $16::bytea[], $17::timestamptz[], $18::timestamptz[],
+			$19::int4[], $20::text[], $21::bytea[])
+		ON CONFLICT (project_id, key) DO UPDATE SET status_code = EXCLUDED.status_code,
+			content_type = EXCLUDED.content_type, response_body = EXCLUDED.response_body
+	), released AS (
+		DELETE FROM idempotency_records r USING unnest($22::text[], $23::text[]) AS t(prj, key)
+		WHERE r.project_id = t.prj AND r.key = t.key
+	)
+	SELECT`
 
 // write adds the events of c, which claimed its key, and their deliveries
 // to r, and returns them; or it returns the client error that leaves them
