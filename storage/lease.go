@@ -62,6 +62,12 @@ type Lease struct {
 // result has one Lease per claim, in order. Two claims of one delivery in
 // one call: at most one holds it.
 //
+// A claim is idempotent for its token: a lease the claim's token holds
+// already is taken again (to until). A call that committed and then
+// failed (the connection dropped before the answer, a row could not be
+// read) can so be made again with the same claims and gets the same
+// answer, instead of finding its own leases taken until they run out.
+//
 // The commit does not wait for the WAL to reach disk
 // (synchronous_commit off for this transaction alone): a claim lost in a
 // PostgreSQL crash is a lease that ended early, after which the delivery
@@ -82,7 +88,7 @@ func (db *DB) ClaimDeliveries(ctx context.Context, now, until time.Time, cs []Cl
 			WHERE set_config('synchronous_commit', 'off', true) = 'off'
 		), held AS (
 			UPDATE deliveries d SET lease_owner = c.token, lease_until = $6
-			FROM c WHERE d.id = c.id AND (d.lease_until IS NULL OR d.lease_until <= $5) AND CASE c.mode
+			FROM c WHERE d.id = c.id AND (d.lease_until IS NULL OR d.lease_until <= $5 OR d.lease_owner = c.token) AND CASE c.mode
 				WHEN 0 THEN d.status IN ('pending', 'retrying') AND d.next_attempt_at <= $5
 				WHEN 1 THEN d.manual_request_id = c.request_id
 				WHEN 2 THEN d.status = 'dead_letter'
