@@ -368,6 +368,14 @@ func (d *Deliverer) send(ctx context.Context, l *storage.Lease, trigger string) 
 	ev, ep := l.Event, l.Endpoint
 	a := webhookd.Attempt{DeliveryID: l.Delivery.ID, Number: l.Delivery.AttemptsCount + 1, RequestID: l.Token,
 		URL: ep.URL, Trigger: trigger, StartedAt: d.clock.Now(), RequestHeaders: map[string]string{}, ResponseHeaders: map[string]string{}}
+	if l.SecretErr != nil {
+		// Nothing can be signed: the attempt fails unsent, and the delivery
+		// follows its schedule as after any failure, to a dead letter if
+		// the key does not come back.
+		d.log.Warn("attempt not sent: its endpoint's secret cannot be decrypted", "delivery_id", l.Delivery.ID,
+			"endpoint_id", l.Delivery.EndpointID, "err", l.SecretErr)
+		return d.failed(a, l.SecretErr)
+	}
 	body, err := json.Marshal(struct {
 		ID        string          `json:"id"`
 		Type      string          `json:"type"`

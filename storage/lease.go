@@ -54,6 +54,10 @@ type Lease struct {
 	Trigger         string  // what automatic attempts are logged as: auto or test
 	ManualRequest   *string // the redelivery asked for and not yet made, if any
 	ManualBy        *string // who asked for it
+	// SecretErr (ErrSecretUnreadable) says the endpoint's secrets cannot
+	// be opened here, so nothing can be signed: the attempt fails with it
+	// unsent. Endpoint.Secret is then not the secret.
+	SecretErr error
 }
 
 // ClaimDeliveries leases the deliveries cs name, each while it is free (no
@@ -118,9 +122,10 @@ func (db *DB) ClaimDeliveries(ctx context.Context, now, until time.Time, cs []Cl
 				&l.MaxInFlight, &l.Trigger, &l.ManualRequest, &l.ManualBy); err != nil {
 				return err
 			}
-			if err := db.box.openSecrets(&ep.Secret, &ep.PreviousSecret); err != nil {
-				return err
-			}
+			// A secret this process cannot open fails this claim's attempt
+			// alone: failing the call would fail every claim beside it, on
+			// every try, and the delivery would never run out of attempts.
+			l.SecretErr = db.box.openSecrets(&ep.Secret, &ep.PreviousSecret)
 			l.Found, l.Token = true, cs[ord-1].Token
 			ev.ID, ev.ProjectID = d.EventID, d.ProjectID
 			ep.ID, ep.ProjectID = d.EndpointID, d.ProjectID

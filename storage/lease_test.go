@@ -2,6 +2,8 @@ package storage_test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"testing"
 	"time"
 
@@ -36,5 +38,55 @@ func TestClaimAgainWithItsTokenHoldsTheLease(t *testing.T) {
 		[]storage.Claim{{DeliveryID: cs[0].DeliveryID, Token: storage.NewRequestID()}})
 	if err != nil || ls[0].Held || ls[0].OtherUntil == nil {
 		t.Fatalf("a claim with another token: %+v, %v; want refused while the lease is held", ls[0], err)
+	}
+}
+
+// TestUnreadableSecretFailsItsClaimAlone: a claim whose endpoint's secret
+// is sealed with a key this process does not hold (left out of
+// WEBHOOKD_ENCRYPTION_KEY during a rotation) holds its lease and says so;
+// the claims beside it in the call are as they would be alone.
+func TestUnreadableSecretFailsItsClaimAlone(t *testing.T) {
+	t.Parallel()
+	db := testenv.DB(t)
+	ctx, s := context.Background(), db.Store()
+	_, p, err := s.CreateAPIKey(ctx, "p", storage.ProjectPlan{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var eps []string
+	for range 2 {
+		ep, err := s.CreateEndpoint(ctx, p.ID, storage.NewEndpoint{URL: "http://127.0.0.1:9/", Secret: "whsec_AAAA"}, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		eps = append(eps, ep.ID)
+	}
+	if _, err := db.Pool().Exec(ctx, `UPDATE endpoints SET secret = 'whenc:gone:AAAA' WHERE id = $1`, eps[1]); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := s.CreateEvents(ctx, p.ID, []storage.NewEvent{{Type: "a", Data: json.RawMessage("1")}}, time.Now(),
+		func(int) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cs []storage.Claim
+	for _, d := range evs[0].Deliveries {
+		cs = append(cs, storage.Claim{DeliveryID: d.ID, Token: storage.NewRequestID()})
+	}
+	now := time.Now().UTC()
+	ls, err := db.ClaimDeliveries(ctx, now, now.Add(time.Minute), cs)
+	if err != nil {
+		t.Fatalf("a claim beside an unreadable secret: %v", err)
+	}
+	for _, l := range ls {
+		unreadable := l.Delivery.EndpointID == eps[1]
+		switch {
+		case !l.Held:
+			t.Errorf("claim of %s not held", l.Delivery.ID)
+		case unreadable && !errors.Is(l.SecretErr, storage.ErrSecretUnreadable):
+			t.Errorf("the unreadable secret's claim: %v, want ErrSecretUnreadable", l.SecretErr)
+		case !unreadable && (l.SecretErr != nil || l.Endpoint.Secret != "whsec_AAAA"):
+			t.Errorf("the other claim: secret %q, %v", l.Endpoint.Secret, l.SecretErr)
+		}
 	}
 }
