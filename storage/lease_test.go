@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/internal/testenv"
 	"github.com/webhookd/webhookd/storage"
 )
@@ -88,5 +89,43 @@ func TestUnreadableSecretFailsItsClaimAlone(t *testing.T) {
 		case !unreadable && (l.SecretErr != nil || l.Endpoint.Secret != "whsec_AAAA"):
 			t.Errorf("the other claim: secret %q, %v", l.Endpoint.Secret, l.SecretErr)
 		}
+	}
+}
+
+// TestTwoRecordsOfOneDeliveryInOneCall: the record of an attempt whose
+// lease ran out, in one call with the record of the attempt that holds the
+// lease now, is not applied, says so, and logs nothing.
+func TestTwoRecordsOfOneDeliveryInOneCall(t *testing.T) {
+	t.Parallel()
+	db := testenv.DB(t)
+	ctx := context.Background()
+	projectID, mk := oneEndpoint(t, db)
+	now := time.Now().UTC()
+	id := mk(now)
+	claim := func(at time.Time) storage.Lease {
+		ls, err := db.ClaimDeliveries(ctx, at, at.Add(time.Minute), []storage.Claim{{DeliveryID: id, Token: storage.NewRequestID()}})
+		if err != nil || !ls[0].Held {
+			t.Fatalf("claim: %+v, %v", ls, err)
+		}
+		return ls[0]
+	}
+	stale := claim(now)
+	holder := claim(now.Add(2 * time.Minute)) // after the first lease ran out
+	code := 200
+	a := webhookd.Attempt{DeliveryID: id, Number: 1, RequestID: stale.Token, URL: "http://127.0.0.1:9/", Trigger: "auto",
+		StatusCode: &code, StartedAt: now}
+	ok, err := db.RecordAttempts(ctx, []storage.Record{
+		{Lease: &stale, Attempt: &a, Transition: storage.Transition{Status: webhookd.DeliverySucceeded, Auto: true, Now: now}},
+		// The holder found the endpoint disabled: a move without an attempt.
+		{Lease: &holder, Transition: storage.Transition{Status: webhookd.DeliveryDeadLetter,
+			DeadLetterReason: webhookd.ReasonEndpointDisabled, Now: now}},
+	})
+	if err != nil || ok[0] || !ok[1] {
+		t.Fatalf("applied %v, %v; want only the holder's record", ok, err)
+	}
+	d, err := db.Store().GetDelivery(ctx, projectID, id)
+	if err != nil || d.Status != webhookd.DeliveryDeadLetter || len(d.Attempts) != 0 {
+		t.Fatalf("delivery %s with %d attempts (%v); want the holder's dead letter and no attempt logged",
+			d.Status, len(d.Attempts), err)
 	}
 }
