@@ -123,6 +123,127 @@ func TestHangingEndpointDoesNotStarveOthers(t *testing.T) {
 	}
 }
 
+// TestManualRedeliveriesKeepToTheEndpointCap: redeliveries by hand of
+// many dead letters of an endpoint that now hangs get at most its cap of
+// the worker's slots, as automatic attempts do, so another endpoint's
+// deliveries go through meanwhile; the rest wait held back, their
+// requests kept and no attempt spent, and go once the endpoint answers.
+func TestManualRedeliveriesKeepToTheEndpointCap(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *dispatcher.Config) {
+		c.Concurrency = 20
+		c.EndpointMaxInFlight = 5
+		c.HTTP.ResponseTimeout = time.Minute
+	})
+	var refuse atomic.Bool
+	refuse.Store(true)
+	var open, peak atomic.Int64
+	release := make(chan struct{})
+	var once sync.Once
+	answer := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(answer) // before the receiver closes: cleanups run last first
+	slow := newReceiver(t, func(_ int, w http.ResponseWriter, r *http.Request) {
+		if refuse.Load() {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		n := open.Add(1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+		defer open.Add(-1)
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+	fast := newReceiver(t, status(204))
+	e.endpoint(slow.URL, nil)
+	e.db.Pool().Exec(context.Background(), `UPDATE endpoints SET event_types = '{stuck}'`)
+	e.endpoint(fast.URL, nil)
+	e.db.Pool().Exec(context.Background(), `UPDATE endpoints SET event_types = '{fine}' WHERE event_types = '{}'`)
+	dead := e.publish("stuck", 60)
+	for _, id := range dead {
+		e.waitStatus(id, webhookd.DeliveryDeadLetter, 10*time.Second)
+	}
+	refuse.Store(false) // from now on the endpoint hangs
+	for _, id := range dead {
+		e.redeliver(id, "script")
+	}
+	waitFor(t, 10*time.Second, "the hanging endpoint at its cap", func() bool { return open.Load() >= 5 })
+	start := time.Now()
+	for _, id := range e.publish("fine", 30) {
+		e.waitStatus(id, webhookd.DeliverySucceeded, 10*time.Second)
+	}
+	t.Logf("30 deliveries to the healthy endpoint took %v beside 60 redeliveries to a hanging one", time.Since(start))
+	if p := peak.Load(); p != 5 {
+		t.Fatalf("the hanging endpoint had %d redeliveries in flight at most, want its cap 5", p)
+	}
+	if n := e.count(`SELECT count(*) FROM deliveries WHERE id = ANY($1) AND manual_request_id IS NOT NULL
+		AND attempts_count = 1 AND lease_owner IS NULL`, dead); n != 55 {
+		t.Fatalf("%d redeliveries held back with their request kept and no attempt spent, want the 55 not in flight", n)
+	}
+	answer()
+	for _, id := range dead {
+		if d := e.waitStatus(id, webhookd.DeliverySucceeded, 20*time.Second); d.AttemptsCount != 2 {
+			t.Fatalf("delivery %s: %d attempts, want the first and its redelivery", id, d.AttemptsCount)
+		}
+	}
+}
+
+// TestReplaysKeepToTheEndpointCap: replay jobs' attempts take slots of
+// the endpoint's cap too; those past it wait for room, with no attempt
+// spent, and all get through once the endpoint answers.
+func TestReplaysKeepToTheEndpointCap(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *dispatcher.Config) { c.EndpointMaxInFlight = 2; c.HTTP.ResponseTimeout = time.Minute })
+	var refuse atomic.Bool
+	refuse.Store(true)
+	var open, peak atomic.Int64
+	release := make(chan struct{})
+	rc := newReceiver(t, func(_ int, w http.ResponseWriter, r *http.Request) {
+		if refuse.Load() {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		n := open.Add(1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+		defer open.Add(-1)
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+	e.endpoint(rc.URL, nil)
+	var dead []string
+	for range 6 {
+		dead = append(dead, e.deadLetter())
+	}
+	refuse.Store(false)
+	var wg sync.WaitGroup
+	for _, id := range dead {
+		wg.Go(func() {
+			if ok, err := e.worker.Deliverer.Replay(context.Background(), id, "job:test"); !ok || err != nil {
+				t.Errorf("replay of %s: %v, %v", id, ok, err)
+			}
+		})
+	}
+	waitFor(t, 10*time.Second, "two replays in flight", func() bool { return open.Load() >= 2 })
+	waitFor(t, 5*time.Second, "the other four waiting unleased", func() bool {
+		return e.count(`SELECT count(*) FROM deliveries WHERE lease_owner IS NULL AND attempts_count = 1`) == 4
+	})
+	close(release)
+	wg.Wait()
+	if p := peak.Load(); p != 2 {
+		t.Fatalf("%d replays in flight at most, want the endpoint's cap 2", p)
+	}
+	if n := e.count(`SELECT count(*) FROM deliveries WHERE status = 'succeeded' AND attempts_count = 2`); n != 6 {
+		t.Fatalf("%d of the 6 replays succeeded on their first try", n)
+	}
+}
+
 // TestHeldBacklogMovesAsSlotsFree: deliveries held back at the cap go out
 // as soon as earlier ones finish, not after the holding task's sleep.
 func TestHeldBacklogMovesAsSlotsFree(t *testing.T) {

@@ -66,19 +66,12 @@ func (g *gate) acquire(ctx context.Context, ep string) bool {
 	for {
 		g.mu.Lock()
 		if g.inFlight[ep] < g.capLocked(ep) {
-			if g.inFlight[ep] == 0 {
-				g.lastFree[ep] = time.Now() // a busy spell starts
-			}
-			g.inFlight[ep]++
+			g.takeLocked(ep)
 			g.unadmitLocked(ep)
 			g.mu.Unlock()
 			return true
 		}
-		ch, ok := g.waiting[ep]
-		if !ok {
-			ch = make(chan struct{})
-			g.waiting[ep] = ch
-		}
+		ch := g.freesLocked(ep)
 		g.mu.Unlock()
 		select {
 		case <-ch:
@@ -91,6 +84,44 @@ func (g *gate) acquire(ctx context.Context, ep string) bool {
 		g.mu.Unlock()
 		return false
 	}
+}
+
+// await takes a slot of ep for an attempt that waits in a goroutine of its
+// own rather than a worker slot (a replay job's): it waits as long as ctx
+// allows, and takes a slot as soon as one frees. False: ctx ended first.
+func (g *gate) await(ctx context.Context, ep string) bool {
+	for {
+		g.mu.Lock()
+		if g.inFlight[ep] < g.capLocked(ep) {
+			g.takeLocked(ep)
+			g.mu.Unlock()
+			return true
+		}
+		ch := g.freesLocked(ep)
+		g.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+func (g *gate) takeLocked(ep string) {
+	if g.inFlight[ep] == 0 {
+		g.lastFree[ep] = time.Now() // a busy spell starts
+	}
+	g.inFlight[ep]++
+}
+
+// freesLocked returns the channel closed when a slot of ep frees next.
+func (g *gate) freesLocked(ep string) chan struct{} {
+	ch, ok := g.waiting[ep]
+	if !ok {
+		ch = make(chan struct{})
+		g.waiting[ep] = ch
+	}
+	return ch
 }
 
 // unadmit ends an admission that never got to acquire.
@@ -106,17 +137,18 @@ func (g *gate) unadmitLocked(ep string) {
 	}
 }
 
-// release gives a slot of ep back after a request that took took, and
-// tells the holder about it.
+// release gives a slot of ep back after a request that took took
+// (negative: no request was made, so nothing is learnt of the endpoint's
+// latency), and tells the holder about it.
 func (g *gate) release(ep string, took time.Duration) {
 	g.mu.Lock()
 	if g.inFlight[ep]--; g.inFlight[ep] <= 0 {
 		delete(g.inFlight, ep)
 	}
 	g.lastFree[ep] = time.Now()
-	if old, ok := g.latency[ep]; ok {
+	if old, ok := g.latency[ep]; ok && took >= 0 {
 		g.latency[ep] = (7*old + took) / 8
-	} else {
+	} else if took >= 0 {
 		g.latency[ep] = took
 	}
 	if ch, ok := g.waiting[ep]; ok {

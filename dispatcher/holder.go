@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -26,17 +27,19 @@ const (
 )
 
 // holder keeps deliveries that their endpoint cannot take yet (at its
-// in-flight cap, or over its rate_limit_per_second) out of everyone's way.
-// A held delivery's task sleeps in asynq's retry set, which costs nothing
-// while it waits, and its id waits in a Redis sorted set per endpoint,
-// scored by when it may go. When the endpoint has room again (a slot freed
-// in this process, or the periodic pass finds one), the holder moves the
-// longest-waiting ids' tasks back to pending. Nothing is polled per held
-// delivery, so a backlog of B held deliveries costs nothing per second.
+// in-flight cap, or over its rate_limit_per_second) out of everyone's way,
+// and manual attempts too (at the cap). A held delivery's task sleeps in
+// asynq's retry set, which costs nothing while it waits, and its task id
+// waits in a Redis sorted set per endpoint, scored by when it may go.
+// When the endpoint has room again (a slot freed in this process, or the
+// periodic pass finds one), the holder moves the longest-waiting ids'
+// tasks back to pending. Nothing is polled per held delivery, so a backlog
+// of B held deliveries costs nothing per second.
 //
 // Redis holds only the schedule, as everywhere: a held delivery is still
-// due in PostgreSQL, and its asynq task is live, so the reconciler leaves
-// it alone; if Redis is lost, the reconciler enqueues it again.
+// due in PostgreSQL (a held manual attempt's request is still recorded
+// there), and its asynq task is live, so the reconciler leaves it alone;
+// if Redis is lost, the reconciler enqueues it again.
 type holder struct {
 	rdb       redis.UniversalClient
 	inspector *asynq.Inspector
@@ -65,8 +68,9 @@ func newHolder(rdb redis.UniversalClient, q *Queue, g *gate, clock webhookd.Cloc
 func (h *holder) key(ep string) string { return h.prefix + ep }
 func (h *holder) endpointsKey() string { return h.prefix + "endpoints" }
 
-// hold parks delivery id of endpoint ep until at (or until the endpoint
-// has room) and returns what the task's handler returns: a retry far off.
+// hold parks the task id (a delivery id, or a manual attempt's request id)
+// of endpoint ep until at (or until the endpoint has room) and returns
+// what the task's handler returns: a retry far off.
 func (h *holder) hold(ctx context.Context, ep, id string, at time.Time, reason string) error {
 	if err := h.park(ctx, ep, id, at); err != nil { // cannot hold it: try again soon instead
 		return &RetryAt{At: h.clock.Now().Add(time.Second), Reason: reason}
@@ -148,6 +152,10 @@ func (h *holder) pass(ctx context.Context) {
 	}
 }
 
+// isRequestID tells a manual attempt's task id (its request id, req_...)
+// from an automatic one's (its delivery id, dlv_...).
+func isRequestID(id string) bool { return strings.HasPrefix(id, "req_") }
+
 var wakeScript = redis.NewScript(`
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
 if #ids > 0 then redis.call('ZREM', KEYS[1], unpack(ids)) end
@@ -183,6 +191,9 @@ func (h *holder) wake(ctx context.Context, ep string) {
 		}
 		switch {
 		case err == nil:
+		case isRequestID(id) && (errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound)):
+			// A manual attempt's task is gone: its request is still recorded
+			// in PostgreSQL, and the reconciler enqueues it from there.
 		case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
 			// Its task is gone (Redis lost it): it is still due in PostgreSQL.
 			created, err := h.queue.EnqueueCounting(ctx, webhookd.ScheduledDelivery{ID: id, EndpointID: ep, DueAt: now})
