@@ -154,7 +154,7 @@ func (d *Deliverer) Attempt(ctx context.Context, r Request) (Result, error) {
 			return Result{}, d.holder.hold(ctx, r.EndpointID, r.taskID(), d.clock.Now(), holdInFlightCap)
 		}
 		admitted = true
-		if rate, ok := d.holder.rate(r.EndpointID); ok && auto { // known from an earlier claim: no database work if held back
+		if rate, ok := d.gate.rate(r.EndpointID); ok && auto { // known from an earlier claim: no database work if held back
 			rateChecked = true
 			if at, ok := d.allowed(ctx, r.EndpointID, rate); !ok {
 				return Result{}, d.holder.hold(ctx, r.EndpointID, r.taskID(), at, holdRateLimit)
@@ -170,8 +170,7 @@ func (d *Deliverer) Attempt(ctx context.Context, r Request) (Result, error) {
 	case !l.Found:
 		return Result{}, nil // purged: nothing to do
 	}
-	d.gate.setCap(l.Delivery.EndpointID, l.MaxInFlight)
-	d.holder.setRate(l.Delivery.EndpointID, l.Endpoint.RateLimitPerSecond)
+	d.gate.learn(l.Delivery.EndpointID, l.MaxInFlight, l.Endpoint.RateLimitPerSecond)
 	if !l.Held {
 		return d.notHeld(r, &l, now)
 	}

@@ -52,7 +52,6 @@ type holder struct {
 	held      *prometheus.CounterVec // by reason
 
 	mu    sync.Mutex
-	rates map[string]int      // endpoints' rate_limit_per_second, learnt from their claims
 	known map[string]struct{} // endpoints that may have held deliveries: parked here, or seen in the last pass
 
 	loop
@@ -62,7 +61,7 @@ func newHolder(rdb redis.UniversalClient, q *Queue, g *gate, clock webhookd.Cloc
 	held *prometheus.CounterVec) *holder {
 	return &holder{rdb: rdb, held: held, inspector: asynq.NewInspectorFromRedisClient(rdb), queue: q, gate: g,
 		prefix: "webhookd:{" + q.queue + "}:held:", clock: clock, log: log, interval: 100 * time.Millisecond,
-		rates: map[string]int{}, known: map[string]struct{}{}}
+		known: map[string]struct{}{}}
 }
 
 func (h *holder) key(ep string) string { return h.prefix + ep }
@@ -91,24 +90,6 @@ func (h *holder) park(ctx context.Context, ep, id string, at time.Time) error {
 		return nil
 	})
 	return err
-}
-
-// setRate records ep's rate_limit_per_second (nil: none).
-func (h *holder) setRate(ep string, r *int) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if r == nil {
-		delete(h.rates, ep)
-	} else {
-		h.rates[ep] = *r
-	}
-}
-
-func (h *holder) rate(ep string) (int, bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	r, ok := h.rates[ep]
-	return r, ok
 }
 
 // Start wakes held deliveries when a slot frees and every interval.
@@ -166,7 +147,7 @@ return ids`)
 // room for: free slots, and no more than its rate allows per interval.
 func (h *holder) wake(ctx context.Context, ep string) {
 	n := h.gate.free(ep)
-	if r, ok := h.rate(ep); ok {
+	if r, ok := h.gate.rate(ep); ok {
 		n = min(n, max(1, int(float64(r)*h.interval.Seconds())))
 	}
 	if n == 0 {
