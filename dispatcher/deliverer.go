@@ -76,12 +76,15 @@ type Result struct {
 	// Skipped: a replay found the delivery no longer a dead letter (another
 	// replay or a redelivery got it through first).
 	Skipped bool
+	// HeldFor is the endpoint that had no room for the attempt, when it
+	// was held back for that: a replay waits for it before trying again.
+	HeldFor string
 }
 
 // Request names the attempt to make.
 type Request struct {
 	DeliveryID string
-	// EndpointID, when known, lets an automatic attempt wait for room at its
+	// EndpointID, when known, lets an attempt wait for room at its
 	// endpoint before any database work.
 	EndpointID string
 	// Manual is a redelivery by hand, made whatever the delivery's state;
@@ -94,6 +97,15 @@ type Request struct {
 	// the attempt is skipped if it was served already.
 	RequestID string
 	By        string // who asked, for manual attempts and replays
+}
+
+// taskID is the id of the task that makes the attempt: a manual one's is
+// its request id, an automatic one's its delivery id.
+func (r Request) taskID() string {
+	if r.Manual {
+		return r.RequestID
+	}
+	return r.DeliveryID
 }
 
 func (r Request) mode() storage.ClaimMode {
@@ -109,24 +121,43 @@ func (r Request) mode() storage.ClaimMode {
 // Attempt makes one attempt of a delivery. It returns *RetryAt when the
 // queue should come back later (the schedule, a Retry-After, an endpoint
 // with no room, or another attempt holding the delivery).
+//
+// Every attempt, automatic, test, manual or replay, takes a slot of its
+// endpoint's in-flight cap, so that no kind of attempt can fill the
+// worker's slots with one slow endpoint's requests. One that finds no room
+// is held back without spending an attempt: a task in the holder, a
+// manual one with its redelivery request still recorded; a replay, which
+// waits in its job's goroutine and not in a worker slot, waits for room
+// in the gate.
 func (d *Deliverer) Attempt(ctx context.Context, r Request) (Result, error) {
 	auto := r.mode() == storage.ClaimAuto
 	rateChecked := false
+	// The endpoint's cap counts requests in flight: a slot is held from
+	// acquire (or await) until the response is in.
+	var slot endpointSlot
+	defer slot.release()
 	admitted := false
 	defer func() {
 		if admitted { // never got to acquire
 			d.gate.unadmit(r.EndpointID)
 		}
 	}()
-	if auto && r.EndpointID != "" {
+	switch {
+	case r.EndpointID == "":
+	case r.Replay:
+		if !d.gate.await(ctx, r.EndpointID) {
+			return Result{}, ctx.Err()
+		}
+		slot = endpointSlot{gate: d.gate, ep: r.EndpointID}
+	default:
 		if !d.gate.admit(r.EndpointID) {
-			return Result{}, d.holder.hold(ctx, r.EndpointID, r.DeliveryID, d.clock.Now(), holdInFlightCap)
+			return Result{}, d.holder.hold(ctx, r.EndpointID, r.taskID(), d.clock.Now(), holdInFlightCap)
 		}
 		admitted = true
-		if rate, ok := d.holder.rate(r.EndpointID); ok { // known from an earlier claim: no database work if held back
+		if rate, ok := d.gate.rate(r.EndpointID); ok && auto { // known from an earlier claim: no database work if held back
 			rateChecked = true
 			if at, ok := d.allowed(ctx, r.EndpointID, rate); !ok {
-				return Result{}, d.holder.hold(ctx, r.EndpointID, r.DeliveryID, at, holdRateLimit)
+				return Result{}, d.holder.hold(ctx, r.EndpointID, r.taskID(), at, holdRateLimit)
 			}
 		}
 	}
@@ -139,8 +170,7 @@ func (d *Deliverer) Attempt(ctx context.Context, r Request) (Result, error) {
 	case !l.Found:
 		return Result{}, nil // purged: nothing to do
 	}
-	d.gate.setCap(l.Delivery.EndpointID, l.MaxInFlight)
-	d.holder.setRate(l.Delivery.EndpointID, l.Endpoint.RateLimitPerSecond)
+	d.gate.learn(l.Delivery.EndpointID, l.MaxInFlight, l.Endpoint.RateLimitPerSecond)
 	if !l.Held {
 		return d.notHeld(r, &l, now)
 	}
@@ -150,22 +180,18 @@ func (d *Deliverer) Attempt(ctx context.Context, r Request) (Result, error) {
 	}
 	if auto && !rateChecked && l.Endpoint.RateLimitPerSecond != nil {
 		if at, ok := d.allowed(ctx, del.EndpointID, *l.Endpoint.RateLimitPerSecond); !ok {
-			return d.holdLeased(ctx, &l, at, holdRateLimit)
+			return d.holdLeased(ctx, r, &l, at, holdRateLimit)
 		}
 	}
-	// The endpoint's cap counts requests in flight: a slot is held from
-	// here until the response is in.
-	var slot endpointSlot
-	defer slot.release()
-	if auto {
+	if slot.gate == nil {
 		if !admitted && !d.gate.admit(del.EndpointID) { // a task that did not name its endpoint
-			return d.holdLeased(ctx, &l, now, holdInFlightCap)
+			return d.holdLeased(ctx, r, &l, now, holdInFlightCap)
 		}
 		admitted = false // acquire ends the admission either way
 		if !d.gate.acquire(ctx, del.EndpointID) {
-			return d.holdLeased(ctx, &l, now, holdInFlightCap)
+			return d.holdLeased(ctx, r, &l, now, holdInFlightCap)
 		}
-		slot = endpointSlot{gate: d.gate, ep: del.EndpointID, start: time.Now()}
+		slot = endpointSlot{gate: d.gate, ep: del.EndpointID}
 	}
 
 	trigger := l.Trigger
@@ -175,6 +201,7 @@ func (d *Deliverer) Attempt(ctx context.Context, r Request) (Result, error) {
 	// The request and its record do not depend on the task's context: an
 	// attempt that was sent is always recorded, bounded by attemptTimeout.
 	sendCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.attemptTimeout)
+	slot.start = time.Now()
 	a, resp := d.send(sendCtx, &l, trigger)
 	cancel()
 	slot.release()
@@ -207,24 +234,33 @@ func (d *Deliverer) Attempt(ctx context.Context, r Request) (Result, error) {
 type endpointSlot struct {
 	gate  *gate
 	ep    string
-	start time.Time
+	start time.Time // when its request started; zero: none was sent
 }
 
 // release gives the slot back; later calls do nothing.
 func (s *endpointSlot) release() {
 	if s.gate != nil {
-		s.gate.release(s.ep, time.Since(s.start))
+		took := time.Duration(-1)
+		if !s.start.IsZero() {
+			took = time.Since(s.start)
+		}
+		s.gate.release(s.ep, took)
 		s.gate = nil
 	}
 }
 
-// holdLeased gives a lease up without an attempt and holds the delivery
-// back until at.
-func (d *Deliverer) holdLeased(ctx context.Context, l *storage.Lease, at time.Time, reason string) (Result, error) {
+// holdLeased gives a lease up without an attempt and holds the attempt
+// back until at: its task in the holder, or a replay in its caller.
+func (d *Deliverer) holdLeased(ctx context.Context, r Request, l *storage.Lease, at time.Time, reason string) (Result, error) {
 	if err := d.db.ReleaseLease(context.WithoutCancel(ctx), l.Delivery.ID, l.Token); err != nil {
 		return Result{}, err
 	}
-	return Result{Status: l.Delivery.Status}, d.holder.hold(ctx, l.Delivery.EndpointID, l.Delivery.ID, at, reason)
+	res := Result{Status: l.Delivery.Status, HeldFor: l.Delivery.EndpointID}
+	if r.Replay { // no task to park: Replay waits for the endpoint's room
+		d.holder.held.WithLabelValues(reason).Inc()
+		return res, &RetryAt{At: at, Reason: "held back: " + reason}
+	}
+	return res, d.holder.hold(ctx, l.Delivery.EndpointID, r.taskID(), at, reason)
 }
 
 // record records an attempt, trying again for a while when PostgreSQL
@@ -302,12 +338,16 @@ func (d *Deliverer) endpointDisabled(ctx context.Context, r Request, l *storage.
 // tells whether it got through: a 2xx, or the delivery is no longer a dead
 // letter. A disabled endpoint returns ErrEndpointDisabled.
 func (d *Deliverer) Replay(ctx context.Context, deliveryID, by string) (bool, error) {
+	ep := "" // the endpoint, once it had no room: the next try waits for its room first
 	for {
-		res, err := d.Attempt(ctx, Request{DeliveryID: deliveryID, Manual: true, Replay: true, By: by})
+		res, err := d.Attempt(ctx, Request{DeliveryID: deliveryID, EndpointID: ep, Manual: true, Replay: true, By: by})
 		var ra *RetryAt
 		if !errors.As(err, &ra) {
 			d.metrics.replayed(res.Succeeded || res.Skipped, err)
 			return res.Succeeded || res.Skipped, err
+		}
+		if res.HeldFor != "" {
+			ep = res.HeldFor
 		}
 		t := time.NewTimer(min(max(time.Until(ra.At), 50*time.Millisecond), time.Second))
 		select {
@@ -368,6 +408,14 @@ func (d *Deliverer) send(ctx context.Context, l *storage.Lease, trigger string) 
 	ev, ep := l.Event, l.Endpoint
 	a := webhookd.Attempt{DeliveryID: l.Delivery.ID, Number: l.Delivery.AttemptsCount + 1, RequestID: l.Token,
 		URL: ep.URL, Trigger: trigger, StartedAt: d.clock.Now(), RequestHeaders: map[string]string{}, ResponseHeaders: map[string]string{}}
+	if l.SecretErr != nil {
+		// Nothing can be signed: the attempt fails unsent, and the delivery
+		// follows its schedule as after any failure, to a dead letter if
+		// the key does not come back.
+		d.log.Warn("attempt not sent: its endpoint's secret cannot be decrypted", "delivery_id", l.Delivery.ID,
+			"endpoint_id", l.Delivery.EndpointID, "err", l.SecretErr)
+		return d.failed(a, l.SecretErr)
+	}
 	body, err := json.Marshal(struct {
 		ID        string          `json:"id"`
 		Type      string          `json:"type"`

@@ -18,22 +18,32 @@ import (
 	"github.com/webhookd/webhookd/storage"
 )
 
-// hanging is a receiver that holds every request open until the test
-// ends (or the client gives up), counting those it holds.
+// hanging is a receiver that holds every request open until release or
+// the test's end (or until the client gives up), counting those it holds.
+// While refuse is set it answers 400 at once instead.
 type hanging struct {
 	*receiver
 	open, peak atomic.Int64
+	refuse     atomic.Bool
 	stop       chan struct{}
+	once       sync.Once
 }
 
 func newHanging(t *testing.T) *hanging {
 	h := &hanging{stop: make(chan struct{})}
 	h.receiver = newReceiver(t, h.answer)
-	t.Cleanup(func() { close(h.stop) }) // before the receiver closes: cleanups run last first
+	t.Cleanup(h.release) // before the receiver closes: cleanups run last first
 	return h
 }
 
+// release answers the requests held open, and the later ones at once.
+func (h *hanging) release() { h.once.Do(func() { close(h.stop) }) }
+
 func (h *hanging) answer(_ int, w http.ResponseWriter, r *http.Request) {
+	if h.refuse.Load() {
+		w.WriteHeader(http.StatusBadRequest)
+		return
+	}
 	n := h.open.Add(1)
 	for p := h.peak.Load(); n > p && !h.peak.CompareAndSwap(p, n); p = h.peak.Load() {
 	}
@@ -123,6 +133,90 @@ func TestHangingEndpointDoesNotStarveOthers(t *testing.T) {
 	}
 }
 
+// TestManualRedeliveriesKeepToTheEndpointCap: redeliveries by hand of
+// many dead letters of an endpoint that now hangs get at most its cap of
+// the worker's slots, as automatic attempts do, so another endpoint's
+// deliveries go through meanwhile; the rest wait held back, their
+// requests kept and no attempt spent, and go once the endpoint answers.
+func TestManualRedeliveriesKeepToTheEndpointCap(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *dispatcher.Config) {
+		c.Concurrency = 20
+		c.EndpointMaxInFlight = 5
+		c.HTTP.ResponseTimeout = time.Minute
+	})
+	slow := newHanging(t)
+	slow.refuse.Store(true)
+	fast := newReceiver(t, status(204))
+	e.endpoint(slow.URL, nil)
+	e.db.Pool().Exec(context.Background(), `UPDATE endpoints SET event_types = '{stuck}'`)
+	e.endpoint(fast.URL, nil)
+	e.db.Pool().Exec(context.Background(), `UPDATE endpoints SET event_types = '{fine}' WHERE event_types = '{}'`)
+	dead := e.publish("stuck", 60)
+	for _, id := range dead {
+		e.waitStatus(id, webhookd.DeliveryDeadLetter, 10*time.Second)
+	}
+	slow.refuse.Store(false) // from now on the endpoint hangs
+	for _, id := range dead {
+		e.redeliver(id, "script")
+	}
+	waitFor(t, 10*time.Second, "the hanging endpoint at its cap", func() bool { return slow.open.Load() >= 5 })
+	start := time.Now()
+	for _, id := range e.publish("fine", 30) {
+		e.waitStatus(id, webhookd.DeliverySucceeded, 10*time.Second)
+	}
+	t.Logf("30 deliveries to the healthy endpoint took %v beside 60 redeliveries to a hanging one", time.Since(start))
+	if p := slow.peak.Load(); p != 5 {
+		t.Fatalf("the hanging endpoint had %d redeliveries in flight at most, want its cap 5", p)
+	}
+	if n := e.count(`SELECT count(*) FROM deliveries WHERE id = ANY($1) AND manual_request_id IS NOT NULL
+		AND attempts_count = 1 AND lease_owner IS NULL`, dead); n != 55 {
+		t.Fatalf("%d redeliveries held back with their request kept and no attempt spent, want the 55 not in flight", n)
+	}
+	slow.release()
+	for _, id := range dead {
+		if d := e.waitStatus(id, webhookd.DeliverySucceeded, 20*time.Second); d.AttemptsCount != 2 {
+			t.Fatalf("delivery %s: %d attempts, want the first and its redelivery", id, d.AttemptsCount)
+		}
+	}
+}
+
+// TestReplaysKeepToTheEndpointCap: replay jobs' attempts take slots of
+// the endpoint's cap too; those past it wait for room, with no attempt
+// spent, and all get through once the endpoint answers.
+func TestReplaysKeepToTheEndpointCap(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *dispatcher.Config) { c.EndpointMaxInFlight = 2; c.HTTP.ResponseTimeout = time.Minute })
+	h := newHanging(t)
+	h.refuse.Store(true)
+	e.endpoint(h.URL, nil)
+	var dead []string
+	for range 6 {
+		dead = append(dead, e.deadLetter())
+	}
+	h.refuse.Store(false)
+	var wg sync.WaitGroup
+	for _, id := range dead {
+		wg.Go(func() {
+			if ok, err := e.worker.Deliverer.Replay(context.Background(), id, "job:test"); !ok || err != nil {
+				t.Errorf("replay of %s: %v, %v", id, ok, err)
+			}
+		})
+	}
+	waitFor(t, 10*time.Second, "two replays in flight", func() bool { return h.open.Load() >= 2 })
+	waitFor(t, 5*time.Second, "the other four waiting unleased", func() bool {
+		return e.count(`SELECT count(*) FROM deliveries WHERE lease_owner IS NULL AND attempts_count = 1`) == 4
+	})
+	h.release()
+	wg.Wait()
+	if p := h.peak.Load(); p != 2 {
+		t.Fatalf("%d replays in flight at most, want the endpoint's cap 2", p)
+	}
+	if n := e.count(`SELECT count(*) FROM deliveries WHERE status = 'succeeded' AND attempts_count = 2`); n != 6 {
+		t.Fatalf("%d of the 6 replays succeeded on their first try", n)
+	}
+}
+
 // TestHeldBacklogMovesAsSlotsFree: deliveries held back at the cap go out
 // as soon as earlier ones finish, not after the holding task's sleep.
 func TestHeldBacklogMovesAsSlotsFree(t *testing.T) {
@@ -140,6 +234,49 @@ func TestHeldBacklogMovesAsSlotsFree(t *testing.T) {
 		}
 	}
 	t.Logf("20 deliveries of 50 ms at 2 in flight took %v", time.Since(start))
+}
+
+// TestReconcilerLeavesHeldDeliveriesToTheHolder: deliveries held back at
+// a hanging endpoint's cap sleep until the holder wakes them, not for a
+// few minutes at a time, and a reconciler pass does not offer them to the
+// queue again; once Redis has lost them (the holder's sets with their
+// tasks), a pass does, and none is lost.
+func TestReconcilerLeavesHeldDeliveriesToTheHolder(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *dispatcher.Config) { c.EndpointMaxInFlight = 2; c.HTTP.ResponseTimeout = time.Minute })
+	h := newHanging(t)
+	e.endpoint(h.URL, nil)
+	ids := e.publish("a", 10)
+	insp := asynq.NewInspectorFromRedisClient(e.redis)
+	waitFor(t, 10*time.Second, "2 in flight, 8 held asleep", func() bool {
+		q, err := insp.GetQueueInfo(dispatcher.DefaultQueue)
+		return err == nil && q.Active == 2 && q.Retry == 8 && h.open.Load() == 2
+	})
+	asleep, err := insp.ListRetryTasks(dispatcher.DefaultQueue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range asleep {
+		if until := time.Until(task.NextProcessAt); until < 30*time.Minute {
+			t.Fatalf("a held task runs again by itself in %v: the held backlog churns", until.Round(time.Second))
+		}
+	}
+	rec := &dispatcher.Reconciler{DB: e.db, Queue: e.worker.Queue, Clock: webhookd.SystemClock{}, Grace: -1}
+	if n := pass(t, rec); n != 0 {
+		t.Fatalf("a reconciler pass offered %d deliveries, want none: 2 are in flight and 8 held", n)
+	}
+	if err := e.redis.FlushDB(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n := pass(t, rec); n != 8 {
+		t.Fatalf("after Redis lost them a pass offered %d deliveries, want the 8 held", n)
+	}
+	h.release() // the endpoint answers again
+	for _, id := range ids {
+		if d := e.waitStatus(id, webhookd.DeliverySucceeded, 10*time.Second); d.AttemptsCount != 1 {
+			t.Fatalf("delivery %s spent %d attempts", id, d.AttemptsCount)
+		}
+	}
 }
 
 // TestAttemptRecordedWhenItsTaskEnds: the attempt's request and its record

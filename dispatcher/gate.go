@@ -17,21 +17,67 @@ import (
 // the deliveries of a slow or hanging one are held back at once, without a
 // worker slot and without database work.
 type gate struct {
-	mu       sync.Mutex
-	def      int            // the cap of an endpoint without its own
-	wait     time.Duration  // how long an admitted attempt waits for a slot at most
-	caps     map[string]int // endpoints' own caps, learnt from their claims
-	inFlight map[string]int
-	admitted map[string]int           // attempts waiting for a slot
-	latency  map[string]time.Duration // a moving average of the endpoint's request time
-	lastFree map[string]time.Time     // when a slot of the endpoint last freed (or its first was taken)
-	waiting  map[string]chan struct{} // closed when a slot of the endpoint frees
-	freed    chan string              // endpoints that got a slot back, for the holder
+	mu    sync.Mutex
+	def   int           // the cap of an endpoint without its own
+	wait  time.Duration // how long an admitted attempt waits for a slot at most
+	eps   map[string]*endpointState
+	freed chan string // endpoints that got a slot back, for the holder
+	// idle is how long an endpoint's state is kept after its last use with
+	// nothing in flight or waiting; swept is when idle ones were last
+	// dropped. So the gate holds the endpoints in use lately, not every
+	// endpoint ever seen.
+	idle  time.Duration
+	swept time.Time
+	now   func() time.Time
 }
 
+// endpointState is what the gate knows of one endpoint.
+type endpointState struct {
+	cap      int // its own cap, learnt from its claims; 0: the default
+	rate     int // its rate_limit_per_second, learnt from its claims; 0: none
+	inFlight int
+	admitted int           // attempts waiting for a slot
+	latency  time.Duration // a moving average of its request time, once one was seen
+	measured bool
+	lastFree time.Time     // when a slot last freed (or its first was taken)
+	used     time.Time     // when an attempt last came by
+	frees    chan struct{} // closed when a slot frees; nil while nobody waits
+}
+
+// gateIdle is how long the gate keeps an idle endpoint's state.
+const gateIdle = 10 * time.Minute
+
 func newGate(def int, wait time.Duration) *gate {
-	return &gate{def: def, wait: wait, caps: map[string]int{}, inFlight: map[string]int{}, admitted: map[string]int{},
-		latency: map[string]time.Duration{}, lastFree: map[string]time.Time{}, waiting: map[string]chan struct{}{}, freed: make(chan string, 1024)}
+	return &gate{def: def, wait: wait, eps: map[string]*endpointState{}, freed: make(chan string, 1024),
+		idle: gateIdle, now: time.Now}
+}
+
+// useLocked returns ep's state, made if need be and marked used at now;
+// it drops the state of endpoints idle for longer than g.idle, at most
+// once per g.idle.
+func (g *gate) useLocked(ep string, now time.Time) *endpointState {
+	if now.Sub(g.swept) >= g.idle {
+		for id, s := range g.eps {
+			if s.inFlight == 0 && s.admitted == 0 && s.frees == nil && now.Sub(s.used) >= g.idle {
+				delete(g.eps, id)
+			}
+		}
+		g.swept = now
+	}
+	s, ok := g.eps[ep]
+	if !ok {
+		s = &endpointState{}
+		g.eps[ep] = s
+	}
+	s.used = now
+	return s
+}
+
+func (g *gate) capOf(s *endpointState) int {
+	if s.cap > 0 {
+		return s.cap
+	}
+	return g.def
 }
 
 // admit says whether an attempt for ep may go on to wait for a slot: the
@@ -41,20 +87,22 @@ func newGate(def int, wait time.Duration) *gate {
 func (g *gate) admit(ep string) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	c := g.capLocked(ep)
-	if g.inFlight[ep]+g.admitted[ep] >= c {
-		lat := max(g.latency[ep], time.Millisecond)
-		if _, known := g.latency[ep]; !known {
+	now := g.now()
+	s := g.useLocked(ep, now)
+	c := g.capOf(s)
+	if s.inFlight+s.admitted >= c {
+		lat := max(s.latency, time.Millisecond)
+		if !s.measured {
 			lat = g.wait // no request seen yet: as if a slot freed once per wait
 		}
-		if stalled := time.Since(g.lastFree[ep]); stalled > lat {
+		if stalled := now.Sub(s.lastFree); stalled > lat {
 			lat = stalled // no slot freed for longer than it takes: slow or hanging now
 		}
-		if g.admitted[ep] >= int(int64(c)*int64(g.wait)/int64(lat)) {
+		if s.admitted >= int(int64(c)*int64(g.wait)/int64(lat)) {
 			return false
 		}
 	}
-	g.admitted[ep]++
+	s.admitted++
 	return true
 }
 
@@ -65,20 +113,15 @@ func (g *gate) acquire(ctx context.Context, ep string) bool {
 	defer timer.Stop()
 	for {
 		g.mu.Lock()
-		if g.inFlight[ep] < g.capLocked(ep) {
-			if g.inFlight[ep] == 0 {
-				g.lastFree[ep] = time.Now() // a busy spell starts
-			}
-			g.inFlight[ep]++
-			g.unadmitLocked(ep)
+		now := g.now()
+		s := g.useLocked(ep, now)
+		if s.inFlight < g.capOf(s) {
+			g.takeLocked(s, now)
+			s.admitted--
 			g.mu.Unlock()
 			return true
 		}
-		ch, ok := g.waiting[ep]
-		if !ok {
-			ch = make(chan struct{})
-			g.waiting[ep] = ch
-		}
+		ch := s.freesLocked()
 		g.mu.Unlock()
 		select {
 		case <-ch:
@@ -86,42 +129,75 @@ func (g *gate) acquire(ctx context.Context, ep string) bool {
 		case <-timer.C:
 		case <-ctx.Done():
 		}
-		g.mu.Lock()
-		g.unadmitLocked(ep)
-		g.mu.Unlock()
+		g.unadmit(ep)
 		return false
 	}
+}
+
+// await takes a slot of ep for an attempt that waits in a goroutine of its
+// own rather than a worker slot (a replay job's): it waits as long as ctx
+// allows, and takes a slot as soon as one frees. False: ctx ended first.
+func (g *gate) await(ctx context.Context, ep string) bool {
+	for {
+		g.mu.Lock()
+		now := g.now()
+		s := g.useLocked(ep, now)
+		if s.inFlight < g.capOf(s) {
+			g.takeLocked(s, now)
+			g.mu.Unlock()
+			return true
+		}
+		ch := s.freesLocked()
+		g.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+func (g *gate) takeLocked(s *endpointState, now time.Time) {
+	if s.inFlight == 0 {
+		s.lastFree = now // a busy spell starts
+	}
+	s.inFlight++
+}
+
+// freesLocked returns the channel closed when a slot frees next.
+func (s *endpointState) freesLocked() chan struct{} {
+	if s.frees == nil {
+		s.frees = make(chan struct{})
+	}
+	return s.frees
 }
 
 // unadmit ends an admission that never got to acquire.
 func (g *gate) unadmit(ep string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.unadmitLocked(ep)
+	g.useLocked(ep, g.now()).admitted--
 }
 
-func (g *gate) unadmitLocked(ep string) {
-	if g.admitted[ep]--; g.admitted[ep] <= 0 {
-		delete(g.admitted, ep)
-	}
-}
-
-// release gives a slot of ep back after a request that took took, and
-// tells the holder about it.
+// release gives a slot of ep back after a request that took took
+// (negative: no request was made, so nothing is learnt of the endpoint's
+// latency), and tells the holder about it.
 func (g *gate) release(ep string, took time.Duration) {
 	g.mu.Lock()
-	if g.inFlight[ep]--; g.inFlight[ep] <= 0 {
-		delete(g.inFlight, ep)
+	now := g.now()
+	s := g.useLocked(ep, now)
+	s.inFlight--
+	s.lastFree = now
+	switch {
+	case took < 0:
+	case s.measured:
+		s.latency = (7*s.latency + took) / 8
+	default:
+		s.latency, s.measured = took, true
 	}
-	g.lastFree[ep] = time.Now()
-	if old, ok := g.latency[ep]; ok {
-		g.latency[ep] = (7*old + took) / 8
-	} else {
-		g.latency[ep] = took
-	}
-	if ch, ok := g.waiting[ep]; ok {
-		close(ch)
-		delete(g.waiting, ep)
+	if s.frees != nil {
+		close(s.frees)
+		s.frees = nil
 	}
 	g.mu.Unlock()
 	select {
@@ -134,23 +210,34 @@ func (g *gate) release(ep string, took time.Duration) {
 func (g *gate) free(ep string) int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return max(g.capLocked(ep)-g.inFlight[ep]-g.admitted[ep], 0)
+	s, ok := g.eps[ep] // a look, not a use: the holder asks of every endpoint it holds deliveries for
+	if !ok {
+		return g.def
+	}
+	return max(g.capOf(s)-s.inFlight-s.admitted, 0)
 }
 
-// setCap records ep's own cap (nil: the default).
-func (g *gate) setCap(ep string, c *int) {
+// learn records ep's own cap and rate_limit_per_second, as its claim read
+// them (nil: none).
+func (g *gate) learn(ep string, maxInFlight, rate *int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if c == nil {
-		delete(g.caps, ep)
-	} else {
-		g.caps[ep] = *c
+	s := g.useLocked(ep, g.now())
+	s.cap, s.rate = 0, 0
+	if maxInFlight != nil {
+		s.cap = *maxInFlight
+	}
+	if rate != nil {
+		s.rate = *rate
 	}
 }
 
-func (g *gate) capLocked(ep string) int {
-	if c, ok := g.caps[ep]; ok {
-		return c
+// rate is ep's rate_limit_per_second, if one is known.
+func (g *gate) rate(ep string) (int, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if s, ok := g.eps[ep]; ok && s.rate > 0 {
+		return s.rate, true
 	}
-	return g.def
+	return 0, false
 }

@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -26,6 +27,14 @@ func TestGateAdmitsWaitersByHowFastSlotsFree(t *testing.T) {
 		return n
 	}
 
+	// The clock stands still: what counts is how fast slots freed, not how
+	// long the test takes to ask.
+	now := time.Now()
+	newGate := func(def int, wait time.Duration) *gate {
+		g := newGate(def, wait)
+		g.now = func() time.Time { return now }
+		return g
+	}
 	g := newGate(2, 100*time.Millisecond)
 	fill(g, "fast")
 	g.release("fast", time.Millisecond)
@@ -45,12 +54,52 @@ func TestGateAdmitsWaitersByHowFastSlotsFree(t *testing.T) {
 	g = newGate(2, 100*time.Millisecond)
 	fill(g, "hung")
 	g.mu.Lock()
-	g.latency["hung"], g.lastFree["hung"] = time.Millisecond, time.Now().Add(-time.Minute)
+	s := g.eps["hung"]
+	s.latency, s.measured, s.lastFree = time.Millisecond, true, now.Add(-time.Minute)
 	g.mu.Unlock()
 	if n := admitted(g, "hung"); n != 0 {
 		t.Fatalf("an endpoint stalled for a minute admitted %d waiters", n)
 	}
 	if !g.admit("other") || !g.acquire(ctx, "other") {
 		t.Fatal("another endpoint is held back too")
+	}
+}
+
+// TestGateForgetsIdleEndpoints: the gate keeps the state of the endpoints
+// in use lately, not of every endpoint it ever saw; one with a request in
+// flight keeps its own, its own cap included, however long it takes.
+func TestGateForgetsIdleEndpoints(t *testing.T) {
+	ctx := context.Background()
+	now := time.Now()
+	g := newGate(2, 100*time.Millisecond)
+	g.now = func() time.Time { return now }
+	three, one := 3, 1
+	for i := range 1000 {
+		ep := fmt.Sprint("ep_", i)
+		g.learn(ep, &three, &three)
+		if !g.admit(ep) || !g.acquire(ctx, ep) {
+			t.Fatal("a free slot was refused")
+		}
+		g.release(ep, time.Millisecond)
+	}
+	g.learn("hung", &one, nil)
+	if !g.admit("hung") || !g.acquire(ctx, "hung") {
+		t.Fatal("a free slot was refused")
+	}
+	now = now.Add(gateIdle)
+	if !g.admit("new") || !g.acquire(ctx, "new") {
+		t.Fatal("a free slot was refused")
+	}
+	g.mu.Lock()
+	n := len(g.eps)
+	g.mu.Unlock()
+	if n != 2 {
+		t.Fatalf("the gate keeps %d endpoints after 1,000 went idle, want the 2 in use", n)
+	}
+	if f := g.free("hung"); f != 0 {
+		t.Fatalf("the endpoint in flight has %d free slots, want 0 of its own cap 1", f)
+	}
+	if _, ok := g.rate("ep_7"); ok || g.free("ep_7") != 2 {
+		t.Fatal("an idle endpoint's cap or rate is still known")
 	}
 }

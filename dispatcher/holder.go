@@ -2,12 +2,12 @@ package dispatcher
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
-	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
@@ -15,9 +15,11 @@ import (
 )
 
 // holdFor is how long a held-back task sleeps in asynq's retry set unless
-// the holder wakes it sooner. It only matters if every wake-up was missed
-// (a worker killed between the two): then the task comes back on its own.
-const holdFor = 5 * time.Minute
+// the holder wakes it sooner. No path of the holder lets a held task's id
+// leave its set while the task sleeps (a wake moves the task in the same
+// script), so it is only a last resort; long, so that a backlog held back
+// for hours is not run every few minutes just to be held back again.
+const holdFor = time.Hour
 
 // Why a delivery is held back (the label of webhookd_deliveries_held_back_total).
 const (
@@ -26,30 +28,31 @@ const (
 )
 
 // holder keeps deliveries that their endpoint cannot take yet (at its
-// in-flight cap, or over its rate_limit_per_second) out of everyone's way.
-// A held delivery's task sleeps in asynq's retry set, which costs nothing
-// while it waits, and its id waits in a Redis sorted set per endpoint,
-// scored by when it may go. When the endpoint has room again (a slot freed
-// in this process, or the periodic pass finds one), the holder moves the
-// longest-waiting ids' tasks back to pending. Nothing is polled per held
-// delivery, so a backlog of B held deliveries costs nothing per second.
+// in-flight cap, or over its rate_limit_per_second) out of everyone's way,
+// and manual attempts too (at the cap). A held delivery's task sleeps in
+// asynq's retry set, which costs nothing while it waits, and its task id
+// waits in a Redis sorted set per endpoint, scored by when it may go.
+// When the endpoint has room again (a slot freed in this process, or the
+// periodic pass finds one), the holder moves the longest-waiting ids'
+// tasks back to pending. Nothing is polled per held delivery, so a backlog
+// of B held deliveries costs nothing per second.
 //
 // Redis holds only the schedule, as everywhere: a held delivery is still
-// due in PostgreSQL, and its asynq task is live, so the reconciler leaves
-// it alone; if Redis is lost, the reconciler enqueues it again.
+// due in PostgreSQL (a held manual attempt's request is still recorded
+// there). While its id is in its endpoint's set, the reconciler leaves it
+// to the holder (of any worker process: the sets are shared); if Redis is
+// lost, the sets go with the tasks, and the reconciler enqueues it again.
 type holder struct {
-	rdb       redis.UniversalClient
-	inspector *asynq.Inspector
-	queue     *Queue
-	gate      *gate
-	prefix    string // of the sorted sets; prefix + "endpoints" lists the endpoints with held deliveries
-	clock     webhookd.Clock
-	log       *slog.Logger
-	interval  time.Duration
-	held      *prometheus.CounterVec // by reason
+	rdb      redis.UniversalClient
+	queue    *Queue
+	gate     *gate
+	prefix   string // of the sorted sets; prefix + "endpoints" lists the endpoints with held deliveries
+	clock    webhookd.Clock
+	log      *slog.Logger
+	interval time.Duration
+	held     *prometheus.CounterVec // by reason
 
 	mu    sync.Mutex
-	rates map[string]int      // endpoints' rate_limit_per_second, learnt from their claims
 	known map[string]struct{} // endpoints that may have held deliveries: parked here, or seen in the last pass
 
 	loop
@@ -57,16 +60,16 @@ type holder struct {
 
 func newHolder(rdb redis.UniversalClient, q *Queue, g *gate, clock webhookd.Clock, log *slog.Logger,
 	held *prometheus.CounterVec) *holder {
-	return &holder{rdb: rdb, held: held, inspector: asynq.NewInspectorFromRedisClient(rdb), queue: q, gate: g,
-		prefix: "webhookd:{" + q.queue + "}:held:", clock: clock, log: log, interval: 100 * time.Millisecond,
-		rates: map[string]int{}, known: map[string]struct{}{}}
+	return &holder{rdb: rdb, held: held, queue: q, gate: g, prefix: q.heldPrefix(), clock: clock, log: log,
+		interval: 100 * time.Millisecond, known: map[string]struct{}{}}
 }
 
 func (h *holder) key(ep string) string { return h.prefix + ep }
 func (h *holder) endpointsKey() string { return h.prefix + "endpoints" }
 
-// hold parks delivery id of endpoint ep until at (or until the endpoint
-// has room) and returns what the task's handler returns: a retry far off.
+// hold parks the task id (a delivery id, or a manual attempt's request id)
+// of endpoint ep until at (or until the endpoint has room) and returns
+// what the task's handler returns: a retry far off.
 func (h *holder) hold(ctx context.Context, ep, id string, at time.Time, reason string) error {
 	if err := h.park(ctx, ep, id, at); err != nil { // cannot hold it: try again soon instead
 		return &RetryAt{At: h.clock.Now().Add(time.Second), Reason: reason}
@@ -87,24 +90,6 @@ func (h *holder) park(ctx context.Context, ep, id string, at time.Time) error {
 		return nil
 	})
 	return err
-}
-
-// setRate records ep's rate_limit_per_second (nil: none).
-func (h *holder) setRate(ep string, r *int) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if r == nil {
-		delete(h.rates, ep)
-	} else {
-		h.rates[ep] = *r
-	}
-}
-
-func (h *holder) rate(ep string) (int, bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	r, ok := h.rates[ep]
-	return r, ok
 }
 
 // Start wakes held deliveries when a slot frees and every interval.
@@ -148,53 +133,105 @@ func (h *holder) pass(ctx context.Context) {
 	}
 }
 
+// isRequestID tells a manual attempt's task id (its request id, req_...)
+// from an automatic one's (its delivery id, dlv_...).
+func isRequestID(id string) bool { return strings.HasPrefix(id, "req_") }
+
+// wakeScript takes up to ARGV[2] ids of an endpoint's held set
+// (KEYS[1]) whose time (ARGV[1], Unix ms) has come, and moves each one's
+// asynq task from the retry set it sleeps in to the queue's pending list
+// (KEYS[3]) in the same step, as asynq's RunTask does, so that no id can
+// leave the set while its task stays asleep. A task still active (its
+// handler parked it and has not returned yet) is looked at again at
+// ARGV[5]; a pending one runs anyway. It returns the ids whose task is
+// gone. KEYS[2] is the set of endpoints with held ids, ARGV[3] the
+// endpoint, ARGV[4] the queue's asynq key prefix: asynq v0.26's layout,
+// as Queue.RecoverOrphans follows it.
 var wakeScript = redis.NewScript(`
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
-if #ids > 0 then redis.call('ZREM', KEYS[1], unpack(ids)) end
+local gone = {}
+for _, id in ipairs(ids) do
+	redis.call('ZREM', KEYS[1], id)
+	local key = ARGV[4] .. 't:' .. id
+	local state = redis.call('HGET', key, 'state')
+	if not state then
+		table.insert(gone, id)
+	elseif state == 'active' then
+		redis.call('ZADD', KEYS[1], ARGV[5], id)
+	elseif state == 'retry' or state == 'scheduled' then
+		redis.call('ZREM', ARGV[4] .. state, id)
+		redis.call('LPUSH', KEYS[3], id)
+		redis.call('HSET', key, 'state', 'pending')
+	end
+end
 if redis.call('ZCARD', KEYS[1]) == 0 then redis.call('SREM', KEYS[2], ARGV[3]) end
-return ids`)
+return gone`)
 
 // wake moves as many of ep's held deliveries back to the queue as it has
 // room for: free slots, and no more than its rate allows per interval.
 func (h *holder) wake(ctx context.Context, ep string) {
 	n := h.gate.free(ep)
-	if r, ok := h.rate(ep); ok {
+	if r, ok := h.gate.rate(ep); ok {
 		n = min(n, max(1, int(float64(r)*h.interval.Seconds())))
 	}
 	if n == 0 {
 		return
 	}
 	now := h.clock.Now()
-	ids, err := wakeScript.Run(ctx, h.rdb, []string{h.key(ep), h.endpointsKey()},
-		now.UnixMilli(), n, ep).StringSlice()
+	prefix := "asynq:{" + h.queue.queue + "}:"
+	gone, err := wakeScript.Run(ctx, h.rdb, []string{h.key(ep), h.endpointsKey(), prefix + "pending"},
+		now.UnixMilli(), n, ep, prefix, now.Add(h.interval).UnixMilli()).StringSlice()
 	if err != nil {
 		return
 	}
-	relook := func(id string) { h.park(ctx, ep, id, now.Add(h.interval)) } // look again shortly
-	for _, id := range ids {
-		err := h.inspector.RunTask(h.queue.queue, id)
-		if errors.Is(err, asynq.ErrQueueNotFound) {
-			// A Redis that lost its data lost asynq's list of queues too,
-			// and no client adds ours again: until one does, asynq
-			// answers "no such queue" for every task in it.
-			if h.queue.Register(ctx) == nil {
-				err = h.inspector.RunTask(h.queue.queue, id)
-			}
+	for _, id := range gone {
+		if isRequestID(id) {
+			// A manual attempt's task is gone: its request is still recorded
+			// in PostgreSQL, and the reconciler enqueues it from there.
+			continue
 		}
+		// Its task is gone (Redis lost it): it is still due in PostgreSQL.
+		created, err := h.queue.EnqueueCounting(ctx, webhookd.ScheduledDelivery{ID: id, EndpointID: ep, DueAt: now})
 		switch {
-		case err == nil:
-		case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
-			// Its task is gone (Redis lost it): it is still due in PostgreSQL.
-			created, err := h.queue.EnqueueCounting(ctx, webhookd.ScheduledDelivery{ID: id, EndpointID: ep, DueAt: now})
-			switch {
-			case err != nil:
-				h.log.Debug("re-enqueue of a held delivery failed; the reconciler will", "delivery_id", id, "err", err)
-			case created == 0:
-				relook(id) // its task is live after all: dropping it here would leave it asleep for holdFor
-			}
-		default:
-			// Still active (its handler has not returned yet) or pending.
-			relook(id)
+		case err != nil:
+			h.log.Debug("re-enqueue of a held delivery failed; the reconciler will", "delivery_id", id, "err", err)
+		case created == 0:
+			h.park(ctx, ep, id, now.Add(h.interval)) // its task is live after all: look again shortly
 		}
 	}
+}
+
+// held tells which of the tasks ids (delivery ids, or manual attempts'
+// request ids) of the endpoints eps wait in their endpoint's held set, in
+// one round trip. Such a task sleeps until the holder wakes it, as soon as
+// its endpoint has room: the reconciler leaves it to the holder.
+func (q *Queue) held(ctx context.Context, eps, ids []string) ([]bool, error) {
+	byEndpoint := map[string][]int{}
+	for i, ep := range eps {
+		byEndpoint[ep] = append(byEndpoint[ep], i)
+	}
+	out := make([]bool, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	scores := make(map[string]*redis.FloatSliceCmd, len(byEndpoint))
+	_, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for ep, is := range byEndpoint {
+			members := make([]string, len(is))
+			for j, i := range is {
+				members[j] = ids[i]
+			}
+			scores[ep] = p.ZMScore(ctx, q.heldPrefix()+ep, members...)
+		}
+		return nil
+	})
+	if err != nil {
+		return out, fmt.Errorf("held deliveries: %w", err)
+	}
+	for ep, is := range byEndpoint {
+		for j, score := range scores[ep].Val() {
+			out[is[j]] = score != 0 // a score is a time in Unix ms; a member not in the set reads 0
+		}
+	}
+	return out, nil
 }

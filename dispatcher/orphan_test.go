@@ -102,14 +102,17 @@ func TestHeldDeliveryWakesAfterRedisLostItsQueueList(t *testing.T) {
 }
 
 // pass makes one reconciler pass, waiting while another process's pass
-// holds the leader lock.
-func pass(t *testing.T, rec *dispatcher.Reconciler) {
+// holds the leader lock, and tells how many due deliveries it offered.
+func pass(t *testing.T, rec *dispatcher.Reconciler) int {
 	t.Helper()
+	var n int
 	waitFor(t, 10*time.Second, "a reconciler pass of our own", func() bool {
-		ran, _, err := rec.RunOnce(context.Background())
+		ran, offered, err := rec.RunOnce(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
+		n = offered
 		return ran
 	})
+	return n
 }

@@ -156,6 +156,12 @@ func (q *Queue) enqueueTask(ctx context.Context, task *asynq.Task, id string, at
 // (an archived TaskID would block the reconciler's re-enqueue).
 const maxRetry = 1 << 30
 
+// heldPrefix prefixes the holder's Redis keys: prefix + endpoint id is the
+// sorted set of that endpoint's held task ids, prefix + "endpoints" the set
+// of endpoints with held ones. Its hash tag is the queue's, as in asynq's
+// own keys, so that one Redis Cluster slot has both for the wake script.
+func (q *Queue) heldPrefix() string { return "webhookd:{" + q.queue + "}:held:" }
+
 // Register adds the queue to asynq's set of queues. asynq's client adds it
 // on its first enqueue and never again, so after Redis lost its data the
 // queue is missing there, and asynq's Inspector (RunTask, GetQueueInfo)

@@ -29,7 +29,8 @@ const DefaultReconcileGrace = 10 * time.Second
 // from where the previous pass stopped, at most MaxPerPass at a time: a
 // backlog that stays due (held back by its endpoint, say) cannot keep the
 // rest from being looked at, and a lost schedule larger than one pass is
-// rebuilt over several.
+// rebuilt over several. Of those, it offers the queue the ones the holder
+// does not hold back: a held one's task sleeps until the holder wakes it.
 type Reconciler struct {
 	DB       *storage.DB
 	Queue    *Queue
@@ -91,7 +92,9 @@ func (r *Reconciler) RunOnce(ctx context.Context) (ran bool, offered int, err er
 	return ran, offered, err
 }
 
-// offerDue offers the next window of due deliveries to the queue.
+// offerDue offers the next window of due deliveries to the queue, but for
+// those the holder holds back: their tasks sleep until their endpoint has
+// room, and the holder wakes them then.
 func (r *Reconciler) offerDue(ctx context.Context) (int, error) {
 	limit := r.MaxPerPass
 	if limit <= 0 {
@@ -112,15 +115,30 @@ func (r *Reconciler) offerDue(ctx context.Context) (int, error) {
 		last := due[len(due)-1]
 		r.cursor = storage.DueCursor{At: last.DueAt, ID: last.ID}
 	}
-	created, err := r.Queue.EnqueueCounting(ctx, due...)
+	eps, ids := make([]string, len(due)), make([]string, len(due))
+	for i, d := range due {
+		eps[i], ids[i] = d.EndpointID, d.ID
+	}
+	held, err := r.Queue.held(ctx, eps, ids)
+	if err != nil {
+		return 0, err
+	}
+	offer := due[:0]
+	for i, d := range due {
+		if !held[i] {
+			offer = append(offer, d)
+		}
+	}
+	created, err := r.Queue.EnqueueCounting(ctx, offer...)
 	if r.Reenqueued != nil {
 		r.Reenqueued(float64(created))
 	}
-	return len(due), err
+	return len(offer), err
 }
 
 // enqueueRedeliveries re-enqueues manual attempts asked for and not yet
-// made; TaskID = request id, so a live one is left alone.
+// made, but for those the holder holds back; TaskID = request id, so a
+// live one is left alone.
 func (r *Reconciler) enqueueRedeliveries(ctx context.Context) error {
 	after := ""
 	for {
@@ -128,7 +146,18 @@ func (r *Reconciler) enqueueRedeliveries(ctx context.Context) error {
 		if err != nil || len(list) == 0 {
 			return err
 		}
-		for _, m := range list {
+		eps, ids := make([]string, len(list)), make([]string, len(list))
+		for i, m := range list {
+			eps[i], ids[i] = m.EndpointID, m.RequestID
+		}
+		held, err := r.Queue.held(ctx, eps, ids)
+		if err != nil {
+			return err
+		}
+		for i, m := range list {
+			if held[i] {
+				continue
+			}
 			if err := r.Queue.EnqueueManual(ctx, m.RequestID, m.DeliveryID, m.By); err != nil {
 				return err
 			}

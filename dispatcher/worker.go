@@ -32,8 +32,9 @@ type Config struct {
 	Concurrency int
 	// EndpointMaxInFlight is how many attempts one endpoint may have in
 	// flight in this worker at once, unless the endpoint sets its own
-	// max_in_flight; default 10. Deliveries past it wait, held back, without
-	// a worker slot and without spending an attempt.
+	// max_in_flight; default 10. Attempts of every kind count (automatic,
+	// test, manual, replay). Those past it wait, held back, without a
+	// worker slot and without spending an attempt.
 	EndpointMaxInFlight int
 	// ReconcileInterval is how often due deliveries without a live task
 	// are re-enqueued; default 5s. ReconcileGrace is how long overdue a

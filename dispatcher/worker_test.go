@@ -13,6 +13,7 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/webhookd/webhookd"
@@ -433,6 +434,65 @@ func TestRotatedSecretsBothSign(t *testing.T) {
 		}
 		if err := wh.Verify(r.body, r.header); err != nil {
 			t.Fatalf("secret does not verify during rotation: %v", err)
+		}
+	}
+}
+
+// TestUndecryptableSecretFailsItsDeliveryAlone: one event for two
+// endpoints, claimed in one flush, one endpoint's secret sealed with a key
+// the worker does not hold. The other delivery goes at once; the
+// undecryptable one spends its attempts unsent, each logged with the
+// reason and no status, and ends a dead letter on its schedule.
+func TestUndecryptableSecretFailsItsDeliveryAlone(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	e.worker.Stop() // both tasks wait, so the next worker's first claim flush takes them together
+	good, bad := newReceiver(t, status(204)), newReceiver(t, status(204))
+	e.endpoint(good.URL, nil)
+	sealed := e.endpoint(bad.URL, nil)
+	if _, err := e.db.Pool().Exec(context.Background(), `UPDATE endpoints SET secret = 'whenc:gone:AAAA' WHERE id = $1`,
+		sealed.ID); err != nil {
+		t.Fatal(err)
+	}
+	ids := e.publish("a", 1)
+	reg := prometheus.NewRegistry()
+	e.cfg.Metrics = reg
+	e.worker = e.startWorker()
+	var badID string
+	for _, id := range ids {
+		if e.delivery(id).EndpointID == sealed.ID {
+			badID = id
+		} else {
+			e.waitStatus(id, webhookd.DeliverySucceeded, 5*time.Second)
+		}
+	}
+	d := e.waitStatus(badID, webhookd.DeliveryDeadLetter, 20*time.Second)
+	if len(d.Attempts) != len(e.cfg.Schedule)+1 {
+		t.Fatalf("%d attempts, want the schedule's %d", len(d.Attempts), len(e.cfg.Schedule)+1)
+	}
+	for _, a := range d.Attempts {
+		if a.StatusCode != nil || a.Error == nil ||
+			!strings.Contains(*a.Error, "cannot be decrypted with the configured WEBHOOKD_ENCRYPTION_KEY") {
+			t.Fatalf("attempt %d: status %v, error %v", a.Number, deref(a.StatusCode), deref(a.Error))
+		}
+	}
+	if n := e.count(`SELECT count(*) FROM dead_letters WHERE delivery_id = $1 AND reason = 'exhausted'`, badID); n != 1 {
+		t.Fatal("no dead letter with reason exhausted")
+	}
+	if n := len(bad.requests()); n != 0 {
+		t.Fatalf("the undecryptable endpoint got %d requests", n)
+	}
+	if n := len(good.requests()); n != 1 {
+		t.Fatalf("the other endpoint got %d requests, want 1", n)
+	}
+	// Whether the first flush did take both: claim flushes of more than one.
+	mfs, _ := reg.Gather()
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			if mf.GetName() == "webhookd_group_commit_size" && m.GetLabel()[0].GetValue() == "claim" {
+				h := m.GetHistogram()
+				t.Logf("claim flushes: %d, of one claim: %d", h.GetSampleCount(), h.GetBucket()[0].GetCumulativeCount())
+			}
 		}
 	}
 }

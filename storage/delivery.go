@@ -44,6 +44,7 @@ func (s *Store) RequestRedelivery(ctx context.Context, projectID, id, requestID,
 // Redelivery is a pending manual attempt.
 type Redelivery struct {
 	DeliveryID string
+	EndpointID string
 	RequestID  string
 	By         string
 }
@@ -51,14 +52,14 @@ type Redelivery struct {
 // PendingRedeliveries returns up to limit redeliveries not yet attempted,
 // after the delivery id after (for paging).
 func (s *Store) PendingRedeliveries(ctx context.Context, after string, limit int) ([]Redelivery, error) {
-	rows, err := s.q.Query(ctx, `SELECT id, manual_request_id, manual_requested_by FROM deliveries
+	rows, err := s.q.Query(ctx, `SELECT id, endpoint_id, manual_request_id, manual_requested_by FROM deliveries
 		WHERE manual_request_id IS NOT NULL AND id > $1 ORDER BY id LIMIT $2`, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("pending redeliveries: %w", err)
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Redelivery, error) {
 		var m Redelivery
-		err := r.Scan(&m.DeliveryID, &m.RequestID, &m.By)
+		err := r.Scan(&m.DeliveryID, &m.EndpointID, &m.RequestID, &m.By)
 		return m, err
 	})
 }

@@ -54,6 +54,10 @@ type Lease struct {
 	Trigger         string  // what automatic attempts are logged as: auto or test
 	ManualRequest   *string // the redelivery asked for and not yet made, if any
 	ManualBy        *string // who asked for it
+	// SecretErr (ErrSecretUnreadable) says the endpoint's secrets cannot
+	// be opened here, so nothing can be signed: the attempt fails with it
+	// unsent. Endpoint.Secret is then not the secret.
+	SecretErr error
 }
 
 // ClaimDeliveries leases the deliveries cs name, each while it is free (no
@@ -61,6 +65,12 @@ type Lease struct {
 // until until. All claims travel in one statement and one commit; the
 // result has one Lease per claim, in order. Two claims of one delivery in
 // one call: at most one holds it.
+//
+// A claim is idempotent for its token: a lease the claim's token holds
+// already is taken again (to until). A call that committed and then
+// failed (the connection dropped before the answer, a row could not be
+// read) can so be made again with the same claims and gets the same
+// answer, instead of finding its own leases taken until they run out.
 //
 // The commit does not wait for the WAL to reach disk
 // (synchronous_commit off for this transaction alone): a claim lost in a
@@ -82,7 +92,7 @@ func (db *DB) ClaimDeliveries(ctx context.Context, now, until time.Time, cs []Cl
 			WHERE set_config('synchronous_commit', 'off', true) = 'off'
 		), held AS (
 			UPDATE deliveries d SET lease_owner = c.token, lease_until = $6
-			FROM c WHERE d.id = c.id AND (d.lease_until IS NULL OR d.lease_until <= $5) AND CASE c.mode
+			FROM c WHERE d.id = c.id AND (d.lease_until IS NULL OR d.lease_until <= $5 OR d.lease_owner = c.token) AND CASE c.mode
 				WHEN 0 THEN d.status IN ('pending', 'retrying') AND d.next_attempt_at <= $5
 				WHEN 1 THEN d.manual_request_id = c.request_id
 				WHEN 2 THEN d.status = 'dead_letter'
@@ -112,9 +122,10 @@ func (db *DB) ClaimDeliveries(ctx context.Context, now, until time.Time, cs []Cl
 				&l.MaxInFlight, &l.Trigger, &l.ManualRequest, &l.ManualBy); err != nil {
 				return err
 			}
-			if err := db.box.openSecrets(&ep.Secret, &ep.PreviousSecret); err != nil {
-				return err
-			}
+			// A secret this process cannot open fails this claim's attempt
+			// alone: failing the call would fail every claim beside it, on
+			// every try, and the delivery would never run out of attempts.
+			l.SecretErr = db.box.openSecrets(&ep.Secret, &ep.PreviousSecret)
 			l.Found, l.Token = true, cs[ord-1].Token
 			ev.ID, ev.ProjectID = d.EventID, d.ProjectID
 			ep.ID, ep.ProjectID = d.EndpointID, d.ProjectID
@@ -160,7 +171,9 @@ type Record struct {
 // RecordAttempts records each attempt and moves its delivery, and gives the
 // lease up, where the record's lease is still held; the rest change
 // nothing. All records travel in one statement and one commit. The result
-// tells, in order, which records were applied.
+// tells, in order, which records were applied. Two records of one delivery
+// in one call (an attempt whose lease ran out, beside the new holder's):
+// only the holder's applies, and only its attempt is logged.
 func (db *DB) RecordAttempts(ctx context.Context, rs []Record) ([]bool, error) {
 	n := len(rs)
 	var (
@@ -210,16 +223,16 @@ func (db *DB) RecordAttempts(ctx context.Context, rs []Record) ([]bool, error) {
 	// (planSettings; they last for this batch's implicit transaction).
 	b := &pgx.Batch{}
 	b.Queue(planSettings)
-	var applied []string
+	var applied []int64 // the ordinals of the records applied
 	b.Queue(`WITH r AS (
 			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int4[], $5::int4[], $6::timestamptz[],
 				$7::int4[], $8::text[], $9::bool[], $10::text[], $11::text[], $12::text[], $13::text[], $14::bool[],
 				$15::timestamptz[], $16::int4[], $17::text[], $18::text[], $19::text[], $20::int8[], $21::timestamptz[],
-				$22::jsonb[], $23::jsonb[], $24::text[])
+				$22::jsonb[], $23::jsonb[], $24::text[]) WITH ORDINALITY
 			AS r(id, token, status, attempts_count, auto_attempts, next_attempt_at,
 				last_status_code, last_error, manual_done, dl_op, dl_id, dl_reason, replayed_by, disable,
 				now, a_number, a_request_id, a_url, a_trigger, a_duration_ms, a_started_at,
-				a_request_headers, a_response_headers, a_body)
+				a_request_headers, a_response_headers, a_body, ord)
 		), u AS (
 			UPDATE deliveries d SET status = r.status, attempts_count = r.attempts_count, auto_attempts = r.auto_attempts,
 				next_attempt_at = r.next_attempt_at, last_status_code = r.last_status_code, last_error = r.last_error,
@@ -228,18 +241,18 @@ func (db *DB) RecordAttempts(ctx context.Context, rs []Record) ([]bool, error) {
 				manual_requested_by = CASE WHEN r.manual_done THEN NULL ELSE d.manual_requested_by END,
 				lease_owner = NULL, lease_until = NULL
 			FROM r WHERE d.id = r.id AND d.lease_owner = r.token
-			RETURNING d.id, d.project_id, d.event_id, d.endpoint_id, d.event_type
+			RETURNING r.ord, d.id, d.project_id, d.event_id, d.endpoint_id, d.event_type
 		), a AS (
 			INSERT INTO attempts (delivery_id, number, request_id, url, trigger, status_code, error,
 				duration_ms, started_at, request_headers, response_headers, response_body)
 			SELECT r.id, r.a_number, r.a_request_id, r.a_url, r.a_trigger, r.last_status_code, r.last_error,
 				r.a_duration_ms, r.a_started_at, r.a_request_headers, r.a_response_headers, r.a_body
-			FROM r JOIN u ON u.id = r.id WHERE r.a_number IS NOT NULL
+			FROM r JOIN u ON u.ord = r.ord WHERE r.a_number IS NOT NULL
 		), dl AS (
 			INSERT INTO dead_letters (id, project_id, delivery_id, event_id, endpoint_id, event_type,
 				reason, last_status_code, dead_lettered_at)
 			SELECT r.dl_id, u.project_id, u.id, u.event_id, u.endpoint_id, u.event_type, r.dl_reason, r.last_status_code, r.now
-			FROM r JOIN u ON u.id = r.id WHERE r.dl_op = 'insert'
+			FROM r JOIN u ON u.ord = r.ord WHERE r.dl_op = 'insert'
 			ON CONFLICT (delivery_id) DO UPDATE SET reason = EXCLUDED.reason, last_status_code = EXCLUDED.last_status_code,
 				dead_lettered_at = EXCLUDED.dead_lettered_at, replayed_at = NULL, replayed_by = NULL
 		), dlu AS (
@@ -247,12 +260,12 @@ func (db *DB) RecordAttempts(ctx context.Context, rs []Record) ([]bool, error) {
 				last_status_code = CASE WHEN r.dl_op = 'update' THEN r.last_status_code ELSE x.last_status_code END,
 				replayed_at = CASE WHEN r.dl_op = 'replayed' THEN r.now ELSE x.replayed_at END,
 				replayed_by = CASE WHEN r.dl_op = 'replayed' THEN r.replayed_by ELSE x.replayed_by END
-			FROM r JOIN u ON u.id = r.id WHERE x.delivery_id = r.id AND r.dl_op IN ('update', 'replayed')
+			FROM r JOIN u ON u.ord = r.ord WHERE x.delivery_id = r.id AND r.dl_op IN ('update', 'replayed')
 		), ep AS (
 			UPDATE endpoints p SET status = 'disabled', disabled_reason = 'gone', version = p.version + 1, updated_at = r.now
-			FROM r JOIN u ON u.id = r.id WHERE p.id = u.endpoint_id AND r.disable AND p.status = 'active'
+			FROM r JOIN u ON u.ord = r.ord WHERE p.id = u.endpoint_id AND r.disable AND p.status = 'active'
 		)
-		SELECT id FROM u`,
+		SELECT ord FROM u`,
 		// The columns of pointers go as pgtype.FlatArray: as plain slices
 		// pgx would encode them through reflection, boxing every element.
 		ids, tokens, statuses, counts, autos, pgtype.FlatArray[*time.Time](nexts), pgtype.FlatArray[*int](codes),
@@ -260,19 +273,15 @@ func (db *DB) RecordAttempts(ctx context.Context, rs []Record) ([]bool, error) {
 		nows, pgtype.FlatArray[*int32](aNumbers), pgtype.FlatArray[*string](aReqIDs), pgtype.FlatArray[*string](aURLs),
 		pgtype.FlatArray[*string](aTriggers), pgtype.FlatArray[*int64](aDurations), pgtype.FlatArray[*time.Time](aStarted),
 		pgtype.FlatArray[*string](aReqH), pgtype.FlatArray[*string](aRespH), pgtype.FlatArray[*string](aBodies)).Query(func(rows pgx.Rows) (err error) {
-		applied, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		applied, err = pgx.CollectRows(rows, pgx.RowTo[int64])
 		return err
 	})
 	if err := db.pool.SendBatch(ctx, b).Close(); err != nil {
 		return nil, fmt.Errorf("record attempts: %w", err)
 	}
-	done := make(map[string]bool, len(applied))
-	for _, id := range applied {
-		done[id] = true
-	}
 	out := make([]bool, n)
-	for i := range rs {
-		out[i] = done[ids[i]]
+	for _, ord := range applied {
+		out[ord-1] = true
 	}
 	return out, nil
 }

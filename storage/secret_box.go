@@ -118,16 +118,23 @@ func (b *secretBox) openString(s string) (string, error) {
 	return string(p), err
 }
 
-// openSecrets opens an endpoint's current and previous secrets in place.
+// ErrSecretUnreadable says an endpoint's secret cannot be opened with the
+// keys this process was given: it is sealed with a key its
+// WEBHOOKD_ENCRYPTION_KEY does not list (one left out during a key
+// rotation, say), or it is damaged.
+var ErrSecretUnreadable = errors.New("endpoint secret cannot be decrypted with the configured WEBHOOKD_ENCRYPTION_KEY")
+
+// openSecrets opens an endpoint's current and previous secrets in place;
+// its errors are ErrSecretUnreadable.
 func (b *secretBox) openSecrets(secret *string, previous **string) error {
 	var err error
 	if *secret, err = b.openString(*secret); err != nil {
-		return fmt.Errorf("endpoint secret: %w", err)
+		return fmt.Errorf("%w: %w", ErrSecretUnreadable, err)
 	}
 	if *previous != nil {
 		p, err := b.openString(**previous)
 		if err != nil {
-			return fmt.Errorf("endpoint previous secret: %w", err)
+			return fmt.Errorf("%w (its previous secret): %w", ErrSecretUnreadable, err)
 		}
 		*previous = &p
 	}
