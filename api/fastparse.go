@@ -9,8 +9,8 @@ import (
 
 // The fast path of event parsing. parseEvent checks a body field by field
 // with encoding/json: the whole body is read five or six times over, into a
-// map and copies, before the event comes out, which was a quarter of the
-// API's CPU with batches of 1,000. The usual body is plain: known keys,
+// map and copies, before the event comes out: a large share of the API's
+// work with batches. The usual body is plain: known keys,
 // once each, strings without escapes. fastEvent and fastBatch read such a
 // body once, with no map, and give up on anything else, which then goes
 // the slow way (parseEvent, parseEvents) and gets its exact answer or

@@ -44,8 +44,7 @@ type Config struct {
 	ReconcileGrace    time.Duration
 	// PollInterval is how often an idle worker asks asynq for new tasks;
 	// default 5ms (about 200 cheap Redis calls a second while idle), which
-	// keeps an event's first attempt within about 10 ms of its enqueue
-	// (20ms made it 16 ms at the median in the steady benchmark). Scheduled retries
+	// keeps an event's first attempt close behind its enqueue. Scheduled retries
 	// are forwarded every 200ms, so a 1 s schedule keeps to about a second.
 	PollInterval time.Duration
 	// RateLimitPrefix prefixes the per-endpoint limiter's Redis keys;
@@ -200,9 +199,8 @@ func NewWorker(cfg Config) (*Worker, error) {
 // batchLinger is how long a claim or record flush waits for more after its
 // first. Each flush is one statement, and PostgreSQL pays for a statement
 // (its executor, its tables' constraints read from text) whatever rows it
-// carries: in the ingest benchmark 5 ms took 4.5% more events per second
-// than 2 ms (3 of 3 paired runs) and webhookd less CPU; it adds at most
-// 3 ms to a delivery.
+// carries, so fuller flushes cost less per delivery; the wait adds at most
+// the linger to a delivery.
 const batchLinger = 5 * time.Millisecond
 
 // Start begins processing and reconciling.

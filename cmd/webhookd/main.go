@@ -53,8 +53,8 @@ WEBHOOKD_* environment variable (see README.md).
 
 // tuneGC sets the collector for a small live heap under a high
 // allocation rate (every request and attempt allocates; little of it
-// lives on): at Go's default GOGC=100 collection took about 8 % of the
-// CPU at 2,000 events/s. Unless GOGC or GOMEMLIMIT say otherwise, the heap
+// lives on), where Go's default GOGC=100 collects often for little gain.
+// Unless GOGC or GOMEMLIMIT say otherwise, the heap
 // may grow to 4× what is live before a collection, within a soft limit of
 // 128 MiB past which the collector works harder instead.
 func tuneGC(getenv func(string) string) {

@@ -3,7 +3,7 @@
 // A new goroutine starts with a small stack, and a deep call path (an HTTP
 // round trip, a JSON decode, a database batch) grows it by copying, again
 // and again, for every goroutine made per task or per request: in webhookd
-// under load that copying was close to a tenth of the process's CPU. A
+// under load that copying is a large share of the process's work. A
 // goroutine of a Pool keeps its grown stack from one function to the next,
 // so the growth is paid once per goroutine rather than once per call.
 //
