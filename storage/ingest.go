@@ -82,14 +82,15 @@ type ikey struct{ project, key string }
 
 // ingestCall is one request in an Ingester.
 type ingestCall struct {
-	req   IngestRequest
-	k     ikey
-	pause time.Duration // its last wait for a busy key
-	alone bool          // it runs in a group of its own: its group failed
-	retry retryKind     // set by its group: how it tries again
-	res   IngestResult
-	err   error
-	done  chan struct{}
+	req      IngestRequest
+	k        ikey
+	deadline time.Time     // when its wait ends (Ingest's wait)
+	pause    time.Duration // its last wait for a busy key
+	alone    bool          // it runs in a group of its own: its group failed
+	retry    retryKind     // set by its group: how it tries again
+	res      IngestResult
+	err      error
+	done     chan struct{}
 	// Guarded by Ingester.mu:
 	running bool  // in a group now
 	left    bool  // its caller left before it ended
@@ -126,7 +127,8 @@ const groupLockTimeout = 100 * time.Millisecond
 // caller leaves while it waits is dropped, while one already in a group
 // commits, and a repeat replays it.
 func (g *Ingester) Ingest(ctx context.Context, req IngestRequest, wait time.Duration) (IngestResult, error) {
-	c := &ingestCall{req: req, k: ikey{req.Key.ProjectID, req.Key.Key}, done: make(chan struct{})}
+	c := &ingestCall{req: req, k: ikey{req.Key.ProjectID, req.Key.Key}, deadline: time.Now().Add(wait),
+		done: make(chan struct{})}
 	g.mu.Lock()
 	g.pending = append(g.pending, c)
 	g.startLocked()
@@ -297,14 +299,14 @@ func (g *Ingester) run(group []*ingestCall) {
 			c.alone = true
 			again = append(again, c)
 		case err != nil && transient(err):
-			g.retryLater(c, errContended(err))
+			g.retryLater(c, errContended(err), &finished)
 		case err != nil:
 			c.err = err
 			finished = append(finished, c)
 		case c.retry == retryNow:
 			again = append(again, c)
 		case c.retry == retryBusy:
-			g.retryLater(c, errKeyInProgress())
+			g.retryLater(c, errKeyInProgress(), &finished)
 		default:
 			finished = append(finished, c)
 		}
@@ -326,8 +328,13 @@ func (g *Ingester) run(group []*ingestCall) {
 
 // retryLater puts c back in pending after its next pause (nextPause),
 // still holding its key; why is what its caller gets if its deadline comes
-// first.
-func (g *Ingester) retryLater(c *ingestCall, why error) {
+// first. Past its deadline already, c ends with why (added to finished).
+func (g *Ingester) retryLater(c *ingestCall, why error, finished *[]*ingestCall) {
+	if !time.Now().Before(c.deadline) {
+		c.err = why
+		*finished = append(*finished, c)
+		return
+	}
 	c.pause, c.why = nextPause(c.pause), why
 	time.AfterFunc(c.pause, func() {
 		g.mu.Lock()

@@ -292,6 +292,17 @@ func TestIngesterBusyKeyLeavesItsGroup(t *testing.T) {
 
 	release = holdKey(t, db, p, "stuck")
 	defer release(nil)
+	// A wait that ends while its group runs still ends the request.
+	short := make(chan ingestOutcome, 1)
+	go func() { short <- ingest(g, ingestRequest(p, "stuck", numberedEvent(1)), time.Millisecond) }()
+	select {
+	case o := <-short:
+		if webhookd.ErrorCode(o.err) != webhookd.CodeIdempotencyKeyInProgress {
+			t.Fatalf("a key held past a wait that ended in its group: %+v", o)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a request whose wait ended while its group ran is still retrying")
+	}
 	start := time.Now()
 	o := ingest(g, ingestRequest(p, "stuck", numberedEvent(1)), 300*time.Millisecond)
 	if took := time.Since(start); webhookd.ErrorCode(o.err) != webhookd.CodeIdempotencyKeyInProgress || took < 300*time.Millisecond || took > 3*time.Second {
