@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"github.com/webhookd/webhookd"
-	"github.com/webhookd/webhookd/dispatcher"
+	"github.com/webhookd/webhookd/internal/netguard"
 	"github.com/webhookd/webhookd/storage"
 )
 
@@ -119,7 +119,7 @@ func (s *Server) validateURL(raw string) (string, error) {
 	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
 		return "", webhookd.Invalid("url", "must not point at localhost")
 	}
-	if ip, err := netip.ParseAddr(host); err == nil && !dispatcher.Allowed(ip) {
+	if ip, err := netip.ParseAddr(host); err == nil && !netguard.Allowed(ip) {
 		return "", webhookd.Invalid("url", "must not point at a loopback, private, link-local or multicast address")
 	}
 	return raw, nil

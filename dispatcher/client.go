@@ -12,6 +12,8 @@ import (
 	"os"
 	"syscall"
 	"time"
+
+	"github.com/webhookd/webhookd/internal/netguard"
 )
 
 // HTTPConfig configures the client that sends deliveries.
@@ -57,7 +59,7 @@ func NewHTTPClient(cfg HTTPConfig) *http.Client {
 	dialer := &net.Dialer{
 		Timeout:   cfg.ConnectTimeout,
 		KeepAlive: 30 * time.Second,
-		Control:   DialControl(cfg.AllowPrivateNetworks),
+		Control:   netguard.DialControl(cfg.AllowPrivateNetworks),
 	}
 	// HTTP/2 reports its response-header timeout with an error DescribeError
 	// cannot tell apart by type; webhook receivers all speak HTTP/1.1.
@@ -94,7 +96,7 @@ func DescribeError(err error) string {
 	if errors.As(err, &urlErr) {
 		err = urlErr.Err // the attempt records the URL on its own
 	}
-	var blocked *BlockedAddressError
+	var blocked *netguard.BlockedAddressError
 	var dnsErr *net.DNSError
 	var opErr *net.OpError
 	var netErr net.Error

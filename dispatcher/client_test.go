@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/webhookd/webhookd/internal/netguard"
 )
 
 // Every test here talks to loopback listeners only.
@@ -107,7 +109,7 @@ func TestClientBlocksLoopback(t *testing.T) {
 	t.Cleanup(srv.Close)
 
 	_, err := post(t, NewHTTPClient(HTTPConfig{}), srv.URL)
-	var blocked *BlockedAddressError
+	var blocked *netguard.BlockedAddressError
 	if !errors.As(err, &blocked) || blocked.Addr != "127.0.0.1" {
 		t.Fatalf("error = %v, want BlockedAddressError for 127.0.0.1", err)
 	}
@@ -223,7 +225,7 @@ func TestDescribeError(t *testing.T) {
 		want string
 	}{
 		{"nil", nil, ""},
-		{"blocked", inURL(dial(&BlockedAddressError{Addr: "10.0.0.1"})), "destination address 10.0.0.1 is not allowed"},
+		{"blocked", inURL(dial(&netguard.BlockedAddressError{Addr: "10.0.0.1"})), "destination address 10.0.0.1 is not allowed"},
 		{"dns not found", inURL(dial(&net.DNSError{Err: "no such host", Name: "nope.invalid", IsNotFound: true})), "dns error: lookup nope.invalid: no such host"},
 		{"dns timeout", inURL(dial(&net.DNSError{Err: "i/o timeout", Name: "slow.example", IsTimeout: true})), "dns error: lookup slow.example: i/o timeout"},
 		{"dial deadline", inURL(dial(os.ErrDeadlineExceeded)), "connect timeout"},

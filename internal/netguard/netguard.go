@@ -1,4 +1,7 @@
-package dispatcher
+// Package netguard decides which addresses webhookd may deliver to (SPEC §6):
+// a leaf that both the API (checking endpoint URLs) and the dispatcher
+// (checking every dial) use, so the API need not import the dispatcher.
+package netguard
 
 import (
 	"net/netip"

@@ -1,4 +1,4 @@
-package dispatcher
+package netguard
 
 import (
 	"errors"
