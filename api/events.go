@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"regexp"
 	"time"
-	"unicode/utf8"
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/storage"
@@ -55,21 +54,6 @@ func (s *Server) events(limit int64, batch bool) func(http.ResponseWriter, *http
 // parseEvents validates the body of POST /v1/events, or of
 // POST /v1/events/batch when batch is set.
 func (s *Server) parseEvents(body []byte, batch bool) ([]storage.NewEvent, error) {
-	if utf8.Valid(body) { // a plain body is read once (fastparse.go)
-		if !batch {
-			if ev, ok := s.fastEvent(body); ok {
-				return []storage.NewEvent{ev}, nil
-			}
-		} else if evs, ok := s.fastBatch(body); ok {
-			return evs, nil
-		}
-	}
-	return s.slowEvents(body, batch)
-}
-
-// slowEvents is parseEvents without its fast path: it gives every answer
-// and every error.
-func (s *Server) slowEvents(body []byte, batch bool) ([]storage.NewEvent, error) {
 	if !batch {
 		ev, err := s.parseEvent(body, "")
 		if err != nil {
