@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -202,7 +203,7 @@ func (db *DB) RecordAttempts(ctx context.Context, rs []Record) ([]bool, error) {
 				autos[i]++
 			}
 			num, dur := int32(a.Number), a.DurationMS
-			rh, sh := string(appendHeadersJSON(nil, a.RequestHeaders)), string(appendHeadersJSON(nil, a.ResponseHeaders))
+			rh, sh := headersJSON(a.RequestHeaders), headersJSON(a.ResponseHeaders)
 			aNumbers[i], aReqIDs[i], aURLs[i], aTriggers[i], aBodies[i] = &num, &a.RequestID, &a.URL, &a.Trigger, &a.ResponseBody
 			aDurations[i], aStarted[i], aReqH[i], aRespH[i] = &dur, &a.StartedAt, &rh, &sh
 		}
@@ -309,4 +310,11 @@ func (db *DB) ReleaseLease(ctx context.Context, deliveryID, token string) error 
 		return fmt.Errorf("release lease of %s: %w", deliveryID, err)
 	}
 	return nil
+}
+
+// headersJSON is an attempt's header map as the JSON object its column
+// keeps (keys sorted).
+func headersJSON(h map[string]string) string {
+	b, _ := json.Marshal(h) // a map of strings always encodes
+	return string(b)
 }
