@@ -2,6 +2,11 @@
 // pipeline. The API process runs many small scripts at once (the rate
 // limiter, asynq's enqueue), and a batch costs one write and one read
 // syscall however many calls it carries, instead of a pair for each.
+//
+// It is hand-written where go-redis alone would do, so it stays only while
+// webhookd with it beats webhookd without it (go-redis's own calls) by at
+// least 5% of a make bench figure, measured in alternating runs of one
+// session; the commit that last measured it gives the figures.
 package redisbatch
 
 import (

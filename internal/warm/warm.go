@@ -13,6 +13,11 @@
 // busy and keep their stacks, and the rest wait, shrink and exit, where a
 // channel shared by all (FIFO) would spread the work over every goroutine
 // and have each regrow its stack after every cycle.
+//
+// It is hand-written where plain goroutines would do, so it stays only
+// while webhookd with it beats webhookd with go statements by at least 5%
+// of a make bench figure, measured in alternating runs of one session; the
+// commit that last measured it gives the figures.
 package warm
 
 import (
