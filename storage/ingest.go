@@ -210,6 +210,7 @@ func (g *Ingester) takeLocked() []*ingestCall {
 		group  []*ingestCall
 		events int
 		full   bool
+		keys   = map[ikey]bool{} // the keys of group
 		keep   = g.pending[:0]
 	)
 	for _, c := range g.pending {
@@ -218,7 +219,7 @@ func (g *Ingester) takeLocked() []*ingestCall {
 			if g.holders[c.k] == c {
 				delete(g.holders, c.k)
 			}
-		case full || g.heldByAnother(c) || hasKey(group, c.k):
+		case full || g.heldByAnother(c) || keys[c.k]:
 			keep = append(keep, c)
 		case c.alone || len(group) > 0 && (group[0].alone || events+n > g.maxEvents || len(group) >= maxGroupRequests):
 			if len(group) == 0 {
@@ -228,25 +229,14 @@ func (g *Ingester) takeLocked() []*ingestCall {
 			}
 		default:
 			group, events = append(group, c), events+n
+			if c.k.key != "" { // requests without a key never share one
+				keys[c.k] = true
+			}
 		}
 	}
 	clear(g.pending[len(keep):])
 	g.pending = keep
 	return group
-}
-
-// hasKey reports whether a keyed request of group has key k
-// (requests without a key never share a key).
-func hasKey(group []*ingestCall, k ikey) bool {
-	if k.key == "" {
-		return false
-	}
-	for _, c := range group {
-		if c.k == k {
-			return true
-		}
-	}
-	return false
 }
 
 // heldByAnother reports whether another request holds c's key.
