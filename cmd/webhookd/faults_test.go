@@ -253,8 +253,10 @@ func TestTwoWorkersOneKilled(t *testing.T) {
 	t.Parallel()
 	_, dbURL := testenv.Schema(t)
 	d := newDrill(t, dbURL)
-	var cut atomic.Int64 // requests whose sender went away mid-request
+	var cut, inFlight atomic.Int64 // requests whose sender went away mid-request; requests being answered
 	d.answer = func(w http.ResponseWriter, r *http.Request) bool {
+		inFlight.Add(1)
+		defer inFlight.Add(-1)
 		timer := time.NewTimer(100 * time.Millisecond) // keeps attempts in flight
 		defer timer.Stop()
 		select {
@@ -297,6 +299,9 @@ func TestTwoWorkersOneKilled(t *testing.T) {
 		t.Errorf("unfair share: worker A %d, worker B %d; want each at least a quarter", na, nb)
 	}
 
+	// Kill while many attempts are in flight, so that some are worker A's
+	// (on a loaded machine the load has lulls).
+	waitFor(t, 10*time.Second, "6 attempts in flight", func() bool { return inFlight.Load() >= 6 })
 	if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
