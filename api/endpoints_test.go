@@ -53,6 +53,12 @@ func TestEndpointLifecycle(t *testing.T) {
 	if r.json(t)["disabled_reason"] != nil || r.json(t)["version"] != 3.0 {
 		t.Fatalf("re-enabled %s", r.body)
 	}
+	// null event_types means every type, read back as the empty list.
+	r = h.do(req{method: "PATCH", path: "/v1/endpoints/" + id, body: `{"event_types":null}`})
+	expectStatus(t, r, http.StatusOK)
+	if et, ok := r.json(t)["event_types"].([]any); !ok || len(et) != 0 || r.json(t)["version"] != 4.0 {
+		t.Fatalf("event_types null %s", r.body)
+	}
 	r = h.do(req{method: "PATCH", path: "/v1/endpoints/" + id, body: `{"status":"paused"}`})
 	expectStatus(t, r, http.StatusBadRequest)
 	r = h.do(req{method: "PATCH", path: "/v1/endpoints/" + id, body: `{"secret":"whsec_x"}`})

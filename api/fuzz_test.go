@@ -179,6 +179,7 @@ func FuzzEndpointPatch(f *testing.F) {
 		{`{"event_types":["a","b.c"],"rate_limit_per_second":null}`, `W/"{v}"`}, {`{"url":"https://example.com/x"}`, `"999"`},
 		{`{"max_in_flight":5,"description":null}`, "x"}, {`{"url":null}`, ""}, {`{"status":"gone"}`, ""},
 		{`{"description":"\u0000"}`, ""}, {"{\"description\":\"\xff\"}", ""}, {`[]`, ""}, {``, ""},
+		{`{"event_types":null}`, ""}, // once a 500: null event_types reached a NOT NULL column
 	} {
 		f.Add([]byte(s.body), s.ifMatch)
 	}

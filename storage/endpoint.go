@@ -122,6 +122,9 @@ func (s *Store) UpdateEndpoint(ctx context.Context, projectID, id string, p Endp
 		}
 		if p.EventTypes != nil {
 			cur.EventTypes = *p.EventTypes
+			if cur.EventTypes == nil { // null: every type, stored as the empty list
+				cur.EventTypes = []string{}
+			}
 		}
 		if p.RateLimitPerSecond != nil {
 			cur.RateLimitPerSecond = *p.RateLimitPerSecond
