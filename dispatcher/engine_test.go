@@ -60,7 +60,7 @@ func (h *hanging) answer(_ int, w http.ResponseWriter, r *http.Request) {
 // bounded by the pool.
 func TestNoConnectionHeldThroughARequest(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *dispatcher.Config) { c.Concurrency = 60; c.EndpointMaxInFlight = 50 })
+	e := newEnv(t, func(c *dispatcher.Config) { c.Concurrency = 60; c.EndpointInitialLimit = 50 })
 	h := newHanging(t)
 	e.endpoint(h.URL, nil)
 	e.publish("a", 40)
@@ -84,7 +84,7 @@ func TestHangingEndpointDoesNotStarveOthers(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	e := newEnv(t, func(c *dispatcher.Config) {
 		c.Concurrency = 20
-		c.EndpointMaxInFlight = 5
+		c.EndpointInitialLimit = 5
 		c.HTTP.ResponseTimeout = time.Minute
 		c.Metrics = reg
 	})
@@ -142,7 +142,7 @@ func TestManualRedeliveriesKeepToTheEndpointCap(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(c *dispatcher.Config) {
 		c.Concurrency = 20
-		c.EndpointMaxInFlight = 5
+		c.EndpointInitialLimit = 5
 		c.HTTP.ResponseTimeout = time.Minute
 	})
 	slow := newHanging(t)
@@ -186,7 +186,7 @@ func TestManualRedeliveriesKeepToTheEndpointCap(t *testing.T) {
 // spent, and all get through once the endpoint answers.
 func TestReplaysKeepToTheEndpointCap(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *dispatcher.Config) { c.EndpointMaxInFlight = 2; c.HTTP.ResponseTimeout = time.Minute })
+	e := newEnv(t, func(c *dispatcher.Config) { c.EndpointInitialLimit = 2; c.HTTP.ResponseTimeout = time.Minute })
 	h := newHanging(t)
 	h.refuse.Store(true)
 	e.endpoint(h.URL, nil)
@@ -221,7 +221,7 @@ func TestReplaysKeepToTheEndpointCap(t *testing.T) {
 // as soon as earlier ones finish, not after the holding task's sleep.
 func TestHeldBacklogMovesAsSlotsFree(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *dispatcher.Config) { c.EndpointMaxInFlight = 2 })
+	e := newEnv(t, func(c *dispatcher.Config) { c.EndpointInitialLimit = 2 })
 	rc := newReceiver(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
 		time.Sleep(50 * time.Millisecond)
 		w.WriteHeader(200)
@@ -243,7 +243,7 @@ func TestHeldBacklogMovesAsSlotsFree(t *testing.T) {
 // tasks), a pass does, and none is lost.
 func TestReconcilerLeavesHeldDeliveriesToTheHolder(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *dispatcher.Config) { c.EndpointMaxInFlight = 2; c.HTTP.ResponseTimeout = time.Minute })
+	e := newEnv(t, func(c *dispatcher.Config) { c.EndpointInitialLimit = 2; c.HTTP.ResponseTimeout = time.Minute })
 	h := newHanging(t)
 	e.endpoint(h.URL, nil)
 	ids := e.publish("a", 10)
@@ -449,7 +449,7 @@ func TestReconcilerLeavesRecentlyDueAlone(t *testing.T) {
 // default cap.
 func TestEndpointOwnCap(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *dispatcher.Config) { c.Concurrency = 20; c.EndpointMaxInFlight = 10 })
+	e := newEnv(t, func(c *dispatcher.Config) { c.Concurrency = 20; c.EndpointInitialLimit = 10 })
 	h := newHanging(t)
 	three := 3
 	ep, err := e.db.Store().CreateEndpoint(context.Background(), e.project.ID,

@@ -29,7 +29,7 @@ type Config struct {
 	MaxPayloadBytes      int64         // WEBHOOKD_MAX_PAYLOAD_BYTES; 65536
 	MaxBatchBytes        int64         // WEBHOOKD_MAX_BATCH_BYTES; 1048576
 	WorkerConcurrency    int           // WEBHOOKD_WORKER_CONCURRENCY; 500
-	EndpointMaxInFlight  int           // WEBHOOKD_ENDPOINT_MAX_IN_FLIGHT; 10
+	EndpointInitialLimit int           // WEBHOOKD_ENDPOINT_INITIAL_LIMIT; 10
 	DatabaseMaxConns     int           // WEBHOOKD_DATABASE_MAX_CONNS; 20
 	ReconcileInterval    time.Duration // WEBHOOKD_RECONCILE_INTERVAL; 5s
 	LogLevel             string        // WEBHOOKD_LOG_LEVEL; info
@@ -63,23 +63,23 @@ func (c Config) trustedProxies() ([]netip.Prefix, error) {
 // DefaultConfig returns the documented defaults.
 func DefaultConfig() Config {
 	return Config{
-		DatabaseURL:         "postgres://postgres@127.0.0.1:5432/webhookd?sslmode=disable",
-		RedisURL:            "redis://127.0.0.1:6379/0",
-		APIAddr:             ":8080",
-		DashboardAddr:       ":8081",
-		RetrySchedule:       "1m,15m,1h,24h",
-		ConnectTimeout:      10 * time.Second,
-		ResponseTimeout:     30 * time.Second,
-		Retention:           336 * time.Hour,
-		MaxPayloadBytes:     65536,
-		MaxBatchBytes:       1 << 20,
-		WorkerConcurrency:   500,
-		EndpointMaxInFlight: 10,
-		DatabaseMaxConns:    20,
-		ReconcileInterval:   5 * time.Second,
-		LogLevel:            "info",
-		RequestTimeout:      30 * time.Second,
-		DrainTimeout:        30 * time.Second,
+		DatabaseURL:          "postgres://postgres@127.0.0.1:5432/webhookd?sslmode=disable",
+		RedisURL:             "redis://127.0.0.1:6379/0",
+		APIAddr:              ":8080",
+		DashboardAddr:        ":8081",
+		RetrySchedule:        "1m,15m,1h,24h",
+		ConnectTimeout:       10 * time.Second,
+		ResponseTimeout:      30 * time.Second,
+		Retention:            336 * time.Hour,
+		MaxPayloadBytes:      65536,
+		MaxBatchBytes:        1 << 20,
+		WorkerConcurrency:    500,
+		EndpointInitialLimit: 10,
+		DatabaseMaxConns:     20,
+		ReconcileInterval:    5 * time.Second,
+		LogLevel:             "info",
+		RequestTimeout:       30 * time.Second,
+		DrainTimeout:         30 * time.Second,
 	}
 }
 
@@ -108,8 +108,8 @@ func (c Config) Validate() error {
 		return errors.New("WEBHOOKD_MAX_BATCH_BYTES must be at least WEBHOOKD_MAX_PAYLOAD_BYTES")
 	case c.WorkerConcurrency < 1:
 		return errors.New("WEBHOOKD_WORKER_CONCURRENCY must be at least 1")
-	case c.EndpointMaxInFlight < 1:
-		return errors.New("WEBHOOKD_ENDPOINT_MAX_IN_FLIGHT must be at least 1")
+	case c.EndpointInitialLimit < 1:
+		return errors.New("WEBHOOKD_ENDPOINT_INITIAL_LIMIT must be at least 1")
 	case c.DatabaseMaxConns < 4:
 		return errors.New("WEBHOOKD_DATABASE_MAX_CONNS must be at least 4")
 	case c.RequestTimeout <= 0:
@@ -193,12 +193,12 @@ func (c *Config) bind(fs *flag.FlagSet, getenv func(string) string) func() error
 	dur(&c.RequestTimeout, "request-timeout", "WEBHOOKD_REQUEST_TIMEOUT", "longest an API request may take before it answers 503 timeout")
 	dur(&c.DrainTimeout, "drain-timeout", "WEBHOOKD_DRAIN_TIMEOUT", "on SIGTERM, how long the listeners wait for requests in flight before closing their connections")
 	dur(&c.ReconcileInterval, "reconcile-interval", "WEBHOOKD_RECONCILE_INTERVAL", "how often due deliveries without a task are re-enqueued")
-	conc, perEndpoint, conns := int64(c.WorkerConcurrency), int64(c.EndpointMaxInFlight), int64(c.DatabaseMaxConns)
+	conc, perEndpoint, conns := int64(c.WorkerConcurrency), int64(c.EndpointInitialLimit), int64(c.DatabaseMaxConns)
 	i64(&conc, "worker-concurrency", "WEBHOOKD_WORKER_CONCURRENCY", "parallel deliveries per worker")
-	i64(&perEndpoint, "endpoint-max-in-flight", "WEBHOOKD_ENDPOINT_MAX_IN_FLIGHT", "parallel deliveries per endpoint per worker")
+	i64(&perEndpoint, "endpoint-initial-limit", "WEBHOOKD_ENDPOINT_INITIAL_LIMIT", "the concurrency limit an endpoint starts from per worker (it adapts up to its max_in_flight)")
 	i64(&conns, "database-max-conns", "WEBHOOKD_DATABASE_MAX_CONNS", "PostgreSQL connections per process")
 	return func() error {
-		c.WorkerConcurrency, c.EndpointMaxInFlight, c.DatabaseMaxConns = int(conc), int(perEndpoint), int(conns)
+		c.WorkerConcurrency, c.EndpointInitialLimit, c.DatabaseMaxConns = int(conc), int(perEndpoint), int(conns)
 		if len(errs) > 0 {
 			return errors.Join(errs...)
 		}

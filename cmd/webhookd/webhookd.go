@@ -123,7 +123,7 @@ func (m *Main) Start(ctx context.Context, roles Roles) error {
 	// those of concurrent callers share one round trip.
 	batched := redisbatch.Wrap(m.Redis)
 	wcfg := dispatcher.Config{DB: m.DB, Redis: batched, Schedule: schedule, Concurrency: m.Config.WorkerConcurrency,
-		EndpointMaxInFlight: m.Config.EndpointMaxInFlight, ReconcileInterval: m.Config.ReconcileInterval,
+		EndpointInitialLimit: m.Config.EndpointInitialLimit, ReconcileInterval: m.Config.ReconcileInterval,
 		HTTP: dispatcher.HTTPConfig{ConnectTimeout: m.Config.ConnectTimeout, ResponseTimeout: m.Config.ResponseTimeout,
 			AllowPrivateNetworks: m.Config.AllowPrivateNetworks},
 		Retention: m.Config.Retention, Logger: m.Logger, Metrics: m.Registry}
