@@ -79,8 +79,13 @@ func (r *Reconciler) tick(ctx context.Context) {
 		r.Logger.Debug("reconciler: redis check failed", "err", err)
 	}
 	if lost {
+		msg := "redis lost its data: rebuilding the schedule from PostgreSQL now"
+		if r.last.IsZero() {
+			r.Logger.Info("redis is new or lost its data: offering every due delivery now")
+		} else {
+			r.Logger.Warn(msg)
+		}
 		r.lost = true
-		r.Logger.Warn("redis has lost its data (or is new): rebuilding the schedule from PostgreSQL now")
 	}
 	voided, err := r.requeueDead(ctx)
 	if err != nil {

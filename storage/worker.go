@@ -79,9 +79,11 @@ func (db *DB) VoidDeadLeases(ctx context.Context) ([]VoidedLease, error) {
 		if dead, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil || len(dead) == 0 {
 			return err
 		}
-		rows, err = tx.Query(ctx, `UPDATE deliveries SET lease_until = NULL
+		// The lease keeps its owner (so that owner's record still applies
+		// while nobody else has claimed the delivery) and ends long ago.
+		rows, err = tx.Query(ctx, `UPDATE deliveries SET lease_until = 'epoch'
 			WHERE (next_attempt_at IS NOT NULL OR manual_request_id IS NOT NULL)
-				AND lease_owner IS NOT NULL AND lease_until IS NOT NULL AND lease_worker = ANY($1)
+				AND lease_owner IS NOT NULL AND lease_until > 'epoch' AND lease_worker = ANY($1)
 			RETURNING id, endpoint_id, manual_request_id`, dead)
 		if err != nil {
 			return err
