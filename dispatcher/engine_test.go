@@ -12,6 +12,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/dispatcher"
@@ -488,4 +489,64 @@ func heldCounter(t *testing.T, reg *prometheus.Registry) prometheus.Collector {
 	}
 	t.Fatal("no webhookd_deliveries_held_back_total{reason=in_flight_cap}")
 	return nil
+}
+
+// TestLimitGrowsForAHealthyEndpoint: an endpoint that answers 2xx in a
+// steady 100 ms gets more requests in flight than the worker's initial
+// limit, without configuration, and the limit's distribution is in the
+// metrics; one that answers 503 stays at the initial limit or below.
+func TestLimitGrowsForAHealthyEndpoint(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	e := newEnv(t, func(c *dispatcher.Config) { c.Concurrency = 100; c.EndpointInitialLimit = 2; c.Metrics = reg })
+	var open, peak, refusedPeak atomic.Int64
+	track := func(code int, peak *atomic.Int64) func(int, http.ResponseWriter, *http.Request) {
+		return func(_ int, w http.ResponseWriter, _ *http.Request) {
+			n := open.Add(1)
+			defer open.Add(-1)
+			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+			}
+			time.Sleep(100 * time.Millisecond) // a steady receiver, as the limiter's latency signal sees it
+			w.WriteHeader(code)
+		}
+	}
+	endpoint := func(url, typ string) {
+		if _, err := e.db.Store().CreateEndpoint(context.Background(), e.project.ID,
+			storage.NewEndpoint{URL: url, Secret: newSecret(t), EventTypes: []string{typ}}, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	healthy := newReceiver(t, track(204, &peak))
+	endpoint(healthy.URL, "fine")
+	ids := e.publish("fine", 300)
+	for _, id := range ids {
+		e.waitStatus(id, webhookd.DeliverySucceeded, 30*time.Second)
+	}
+	if p := peak.Load(); p <= 10 {
+		t.Fatalf("a healthy endpoint had %d requests in flight at most; its limit did not grow past 10 from 2", p)
+	}
+	t.Logf("peak in flight %d (initial limit 2)", peak.Load())
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var limits *dto.Histogram
+	for _, mf := range mfs {
+		if mf.GetName() == "webhookd_endpoint_concurrency_limit" {
+			limits = mf.GetMetric()[0].GetHistogram()
+		}
+	}
+	if limits == nil || limits.GetSampleCount() != 1 || limits.GetSampleSum() <= 10 {
+		t.Fatalf("webhookd_endpoint_concurrency_limit: %v, want one endpoint with a limit over 10", limits)
+	}
+
+	failing := newReceiver(t, track(503, &refusedPeak))
+	endpoint(failing.URL, "refused")
+	e.publish("refused", 50)
+	waitFor(t, 20*time.Second, "every refused delivery attempted", func() bool {
+		return e.count(`SELECT count(*) FROM deliveries WHERE event_type = 'refused' AND attempts_count > 0`) == 50
+	})
+	if p := refusedPeak.Load(); p > 2 {
+		t.Fatalf("an endpoint answering 503 had %d requests in flight at once; want no more than the initial 2", p)
+	}
 }

@@ -175,6 +175,9 @@ func NewWorker(cfg Config) (*Worker, error) {
 	}
 	q := NewQueue(cfg.Redis, cfg.Queue, cfg.TaskTimeout())
 	g := newGate(cfg.EndpointInitialLimit, 100*time.Millisecond)
+	if err := cfg.Metrics.Register(newLimitCollector(g)); err != nil {
+		return nil, err
+	}
 	d := &Deliverer{db: cfg.DB, client: NewHTTPClient(cfg.HTTP), schedule: cfg.Schedule, clock: cfg.Clock,
 		log: cfg.Logger, limiter: redis_rate.NewLimiter(cfg.Redis), prefix: cfg.RateLimitPrefix, metrics: m,
 		bodyTimeout: cfg.HTTP.ResponseTimeout, attemptTimeout: cfg.AttemptTimeout(), lease: cfg.Lease(),

@@ -14,12 +14,10 @@ import (
 const WorkerStale = 5 * time.Second
 
 // EndpointLoad is one endpoint's adaptive limit and its requests in
-// flight (in one worker, or summed over the live ones), with its
-// deliveries that are due and wait for room.
+// flight, in one worker or summed over the live ones.
 type EndpointLoad struct {
 	Limit    int
 	InFlight int
-	Waiting  int // EndpointLoads only: from the deliveries themselves
 }
 
 // Beat records that worker id is alive, with its endpoints' loads. Times
@@ -102,22 +100,13 @@ func (db *DB) VoidDeadLeases(ctx context.Context) ([]VoidedLease, error) {
 }
 
 // EndpointLoads sums, per endpoint of ids, the limits and requests in
-// flight that live workers reported in their last heartbeat, and counts
-// its deliveries that are due and not in flight. An endpoint with neither
-// is missing.
-func (s *Store) EndpointLoads(ctx context.Context, ids []string, now time.Time) (map[string]EndpointLoad, error) {
-	rows, err := s.q.Query(ctx, `WITH w AS (
-			SELECT l.key AS ep, sum((l.value->>0)::int) AS lim, sum((l.value->>1)::int) AS busy
-			FROM workers w, jsonb_each(w.limits) AS l
-			WHERE w.beat_at >= now() - make_interval(secs => $2) AND l.key = ANY($1)
-			GROUP BY l.key
-		), d AS (
-			SELECT endpoint_id AS ep, count(*) AS waiting FROM deliveries
-			WHERE endpoint_id = ANY($1) AND next_attempt_at <= $3 AND (lease_until IS NULL OR lease_until <= $3)
-			GROUP BY endpoint_id
-		)
-		SELECT COALESCE(w.ep, d.ep), COALESCE(w.lim, 0), COALESCE(w.busy, 0), COALESCE(d.waiting, 0)
-		FROM w FULL JOIN d ON d.ep = w.ep`, ids, WorkerStale.Seconds(), now)
+// flight that live workers reported in their last heartbeat. An endpoint
+// no live worker delivered to lately is missing.
+func (s *Store) EndpointLoads(ctx context.Context, ids []string) (map[string]EndpointLoad, error) {
+	rows, err := s.q.Query(ctx, `SELECT l.key, sum((l.value->>0)::int), sum((l.value->>1)::int)
+		FROM workers w, jsonb_each(w.limits) AS l
+		WHERE w.beat_at >= now() - make_interval(secs => $2) AND l.key = ANY($1)
+		GROUP BY l.key`, ids, WorkerStale.Seconds())
 	if err != nil {
 		return nil, fmt.Errorf("endpoint loads: %w", err)
 	}
@@ -126,7 +115,7 @@ func (s *Store) EndpointLoads(ctx context.Context, ids []string, now time.Time) 
 		ep string
 		l  EndpointLoad
 	)
-	_, err = pgx.ForEachRow(rows, []any{&ep, &l.Limit, &l.InFlight, &l.Waiting}, func() error { out[ep] = l; return nil })
+	_, err = pgx.ForEachRow(rows, []any{&ep, &l.Limit, &l.InFlight}, func() error { out[ep] = l; return nil })
 	if err != nil {
 		return nil, fmt.Errorf("endpoint loads: %w", err)
 	}

@@ -33,7 +33,7 @@ func TestDeadWorkersLeasesAreVoided(t *testing.T) {
 	if err != nil || !ls[0].Held || !ls[1].Held {
 		t.Fatalf("claims: %+v, %v", ls, err)
 	}
-	loads, err := db.Store().EndpointLoads(ctx, []string{"ep_x"}, now)
+	loads, err := db.Store().EndpointLoads(ctx, []string{"ep_x"})
 	if err != nil || loads["ep_x"] != (storage.EndpointLoad{Limit: 14, InFlight: 4}) {
 		t.Fatalf("loads summed over the live workers: %+v, %v", loads, err)
 	}
