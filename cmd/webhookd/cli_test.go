@@ -24,13 +24,14 @@ func TestHelpNeverShowsASecret(t *testing.T) {
 	t.Parallel()
 	secrets := []string{"S3cretAdminToken-0123456789", "S3cretPgPassword", "S3cretRedisPassword",
 		"czNjcmV0LWVuY3J5cHRpb24ta2V5LTMyLWJ5dGVzLSE=", "whk_S3cretApiKey0123456789abcdefghijklmnopqrs",
-		"S3cretSentinelPassword", "S3cretRedisUserPass"}
+		"S3cretSentinelPassword", "S3cretRedisUserPass", "S3cretApiUrlPass"}
 	envs := []map[string]string{{
 		"WEBHOOKD_ADMIN_TOKEN":    secrets[0],
 		"WEBHOOKD_DATABASE_URL":   "postgres://webhookd:" + secrets[1] + "@db.internal:5432/webhookd?sslmode=require",
 		"WEBHOOKD_REDIS_URL":      "redis://:" + secrets[2] + "@cache.internal:6379/0",
 		"WEBHOOKD_ENCRYPTION_KEY": "k2:" + secrets[3] + ",k1:" + secrets[3],
 		"WEBHOOKD_API_KEY":        secrets[4],
+		"WEBHOOKD_API_URL":        "https://bot:" + secrets[7] + "@api.internal",
 	}, {
 		"WEBHOOKD_ADMIN_TOKEN":  secrets[0],
 		"WEBHOOKD_DATABASE_URL": "host=db.internal user=webhookd password=" + secrets[1] + " dbname=webhookd",

@@ -186,8 +186,7 @@ func (c *Config) bind(f *flagSet, names []string) {
 		case *bool:
 			f.Bool(p, s.flag, s.env, s.usage)
 		case *time.Duration:
-			f.fs.DurationVar(p, s.flag, *p, s.usage)
-			f.define(s.flag, s.env, plain)
+			f.Duration(p, s.flag, s.env, s.usage)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"time"
 )
 
 // secrecy says how much of a setting's value help may show.
@@ -85,6 +86,11 @@ func (f *flagSet) Int(p *int, name, env, usage string) {
 
 func (f *flagSet) Int64(p *int64, name, env, usage string) {
 	f.fs.Int64Var(p, name, *p, usage)
+	f.define(name, env, plain)
+}
+
+func (f *flagSet) Duration(p *time.Duration, name, env, usage string) {
+	f.fs.DurationVar(p, name, *p, usage)
 	f.define(name, env, plain)
 }
 

@@ -22,8 +22,7 @@ func keysCreate(f *flagSet) action {
 	)
 	f.String(&project, "project", "", plain, "the project's `NAME` (required); made if it is new")
 	f.Int(&rate, "rate-limit", "", "API requests per minute for the project (`N`; default 6000)")
-	f.fs.DurationVar(&idemTTL, "idempotency-ttl", 0, "how long Idempotency-Key records are kept, up to 72h (`D`; default 24h)")
-	f.define("idempotency-ttl", "", plain)
+	f.Duration(&idemTTL, "idempotency-ttl", "", "how long Idempotency-Key records are kept, up to 72h (`D`; default 24h)")
 	return func(ctx context.Context, inv *invocation) error {
 		if project == "" {
 			return usageError{cmd: "keys create", err: errors.New("--project is required")}

@@ -42,7 +42,7 @@ func sendSetup(f *flagSet) action {
 	f.String(&externalID, "external-id", "", plain, "external `ID`, unique per project")
 	f.Var(&endpoints, "endpoint", "send to this endpoint `ID` only (repeat for several)")
 	f.String(&idemKey, "idempotency-key", "", plain, "Idempotency-Key `K` (default: a new UUID, reused on every retry)")
-	f.String(&url, "api-url", "WEBHOOKD_API_URL", plain, "the API's base `URL`")
+	f.String(&url, "api-url", "WEBHOOKD_API_URL", secretURL, "the API's base `URL`")
 	f.String(&key, "api-key", "WEBHOOKD_API_KEY", secret, "API `KEY`")
 	return func(ctx context.Context, inv *invocation) error {
 		usage := func(format string, a ...any) error { return usageError{cmd: "send", err: fmt.Errorf(format, a...)} }
