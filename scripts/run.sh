@@ -14,7 +14,7 @@
 #    the dashboard's URL and admin token (WEBHOOKD_ADMIN_TOKEN, or one made up
 #    for this run), and a curl example whose endpoint is the inspector's bin on
 #    the dashboard listener, so the first delivery can be seen, signature
-#    checked, without writing a receiver.
+#    checked, without writing a receiver (and the same with bin/webhookd send).
 # 4. Run `webhookd all` (API + worker + dashboard) with private networks allowed,
 #    so receivers on 127.0.0.1 work. It listens on loopback only (127.0.0.1:8080
 #    and 127.0.0.1:8081): with private networks allowed, an API open to the
