@@ -146,7 +146,9 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		{[]string{"keys", "create", "--project", "a", "--rate-limit", "many"}, nil, `invalid value "many" for flag -rate-limit`},
 		{[]string{"keys", "revoke"}, nil, "want KEY_PREFIX"},
 		{[]string{"migrate", "now"}, nil, `unexpected argument "now"`},
-		{[]string{"serve"}, map[string]string{"WEBHOOKD_CONNECT_TIMEOUT": "soon"}, `WEBHOOKD_CONNECT_TIMEOUT: "soon" is not a valid duration`},
+		{[]string{"serve"}, map[string]string{"WEBHOOKD_CONNECT_TIMEOUT": "soon"}, `WEBHOOKD_CONNECT_TIMEOUT: "soon" is not a duration`},
+		{[]string{"worker"}, map[string]string{"WEBHOOKD_ALLOW_PRIVATE_NETWORKS": "yes please"}, `WEBHOOKD_ALLOW_PRIVATE_NETWORKS: "yes please" is not true or false`},
+		{[]string{"all"}, map[string]string{"WEBHOOKD_WORKER_CONCURRENCY": "lots"}, `WEBHOOKD_WORKER_CONCURRENCY: "lots" is not a whole number`},
 		{[]string{"worker"}, map[string]string{"WEBHOOKD_ADMIN_TOKEN": "short"}, ""}, // not its setting: PostgreSQL is what stops it
 		{[]string{"migrate"}, vars, "WEBHOOKD_DATABASE_URL: "},
 		{[]string{"keys", "list", "--project", "a"}, vars, "WEBHOOKD_DATABASE_URL: "},

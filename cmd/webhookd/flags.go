@@ -60,12 +60,21 @@ func (f *flagSet) define(name, env string, s secrecy) {
 	if v == "" {
 		return
 	}
-	if err := f.fs.Lookup(name).Value.Set(v); err != nil {
-		kind, _ := flag.UnquoteUsage(f.fs.Lookup(name))
+	value := f.fs.Lookup(name).Value
+	if err := value.Set(v); err != nil {
+		want := "value"
+		switch value.(flag.Getter).Get().(type) {
+		case int, int64:
+			want = "a whole number"
+		case time.Duration:
+			want = "a duration such as 30s or 2m"
+		case bool:
+			want = "true or false"
+		}
 		if s == plain {
-			f.errs = append(f.errs, fmt.Errorf("%s: %q is not a valid %s", env, v, strings.ToLower(kind)))
+			f.errs = append(f.errs, fmt.Errorf("%s: %q is not %s", env, v, want))
 		} else {
-			f.errs = append(f.errs, fmt.Errorf("%s: not a valid %s", env, strings.ToLower(kind)))
+			f.errs = append(f.errs, fmt.Errorf("%s: not %s", env, want))
 		}
 	}
 }
