@@ -28,8 +28,26 @@ const (
 	EndpointActive   = "active"
 	EndpointDisabled = "disabled"
 
-	DisabledManual = "manual" // disabled by a person (PATCH or dashboard)
-	DisabledGone   = "gone"   // the receiver answered 410 Gone
+	DisabledManual  = "manual"  // disabled by a person (PATCH or dashboard)
+	DisabledGone    = "gone"    // the receiver answered 410 Gone
+	DisabledFailing = "failing" // no success for WEBHOOKD_ENDPOINT_DISABLE_AFTER while its attempts failed
+)
+
+// Circuit states of an endpoint (SPEC §3 "Endpoint lifecycle").
+const (
+	CircuitClosed  = "closed"  // attempts go as scheduled
+	CircuitOpen    = "open"    // due deliveries wait, without attempts, for the next probe
+	CircuitProbing = "probing" // one delivery is being tried as a probe
+)
+
+// Operational event types: webhookd's own events about a project's
+// endpoints and deliveries. Clients cannot post types with this prefix.
+const (
+	ReservedTypePrefix      = "webhookd."
+	EventCircuitOpened      = "webhookd.endpoint.circuit_opened"
+	EventCircuitClosed      = "webhookd.endpoint.circuit_closed"
+	EventEndpointDisabled   = "webhookd.endpoint.disabled"
+	EventDeliveryDeadLetter = "webhookd.delivery.dead_lettered"
 )
 
 // Dead-letter reasons (SPEC §4).
@@ -85,6 +103,8 @@ type Endpoint struct {
 	DisabledReason     *string  // nil while active
 	RateLimitPerSecond *int     // nil: unlimited
 	MaxInFlight        *int     // the ceiling of its adaptive limit per worker process; DefaultMaxInFlight unless set
+	Circuit            string     // CircuitClosed, CircuitOpen or CircuitProbing
+	ProbeAt            *time.Time // while not closed: when the next probe may go
 	Secret             string   // whsec_ + base64
 	PreviousSecret     *string  // still signs until PreviousExpiresAt
 	PreviousExpiresAt  *time.Time

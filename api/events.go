@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/webhookd/webhookd"
@@ -158,6 +159,9 @@ func (s *Server) parseEvent(body []byte, prefix string) (storage.NewEvent, error
 	}
 	if !eventTypePattern.MatchString(typ) {
 		return ev, webhookd.Invalid(prefix+"type", "must be 1 to 128 characters of A-Z a-z 0-9 . _ : -")
+	}
+	if strings.HasPrefix(typ, webhookd.ReservedTypePrefix) {
+		return ev, webhookd.Invalid(prefix+"type", "types beginning with %q are webhookd's own (operational events)", webhookd.ReservedTypePrefix)
 	}
 	if !present["data"] {
 		return ev, webhookd.Invalid(prefix+"data", "is required (any JSON value)")

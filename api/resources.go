@@ -71,6 +71,8 @@ type endpointJSON struct {
 	DisabledReason     *string  `json:"disabled_reason"`
 	RateLimitPerSecond *int     `json:"rate_limit_per_second"`
 	MaxInFlight        *int     `json:"max_in_flight"`
+	Ordering           string   `json:"ordering"`
+	Circuit            string   `json:"circuit"`
 	Version            int      `json:"version"`
 	CreatedAt          string   `json:"created_at"`
 	UpdatedAt          string   `json:"updated_at"`
@@ -83,6 +85,7 @@ func endpointOut(e webhookd.Endpoint) endpointJSON {
 	}
 	return endpointJSON{ID: e.ID, URL: e.URL, Description: e.Description, EventTypes: types, Status: e.Status,
 		DisabledReason: e.DisabledReason, RateLimitPerSecond: e.RateLimitPerSecond, MaxInFlight: e.MaxInFlight, Version: e.Version,
+		Ordering: "none", Circuit: e.Circuit,
 		CreatedAt: timeString(e.CreatedAt), UpdatedAt: timeString(e.UpdatedAt)}
 }
 

@@ -52,6 +52,7 @@ type Deliverer struct {
 	gate           *gate
 	holder         *holder
 	worker         string // this process's id: its heartbeat's, and its leases'
+	circuit        storage.CircuitConfig
 }
 
 // RetryAt asks the queue to run the task again at a time: the next
@@ -179,6 +180,14 @@ func (d *Deliverer) Attempt(ctx context.Context, r Request) (Result, error) {
 	if l.EndpointDeleted || l.Endpoint.Status != webhookd.EndpointActive {
 		return d.endpointDisabled(ctx, r, &l, now)
 	}
+	// A person's attempt (manual, replay, test event) is never held by the
+	// breaker: it goes at once, and counts as a probe.
+	if person := !auto || l.Trigger == webhookd.TriggerTest; !person && d.circuit.After > 0 &&
+		l.Endpoint.Circuit != webhookd.CircuitClosed {
+		if res, err, goOn := d.circuitGate(ctx, r, &l, now); !goOn {
+			return res, err
+		}
+	}
 	if auto && !rateChecked && l.Endpoint.RateLimitPerSecond != nil {
 		if at, ok := d.allowed(ctx, del.EndpointID, *l.Endpoint.RateLimitPerSecond); !ok {
 			return d.holdLeased(ctx, r, &l, at, holdRateLimit)
@@ -224,6 +233,12 @@ func (d *Deliverer) Attempt(ctx context.Context, r Request) (Result, error) {
 		return Result{Attempted: true, Status: del.Status}, nil
 	}
 	d.metrics.observe(a, t.Status)
+	if l.SecretErr == nil {
+		d.countForBreaker(ctx, &l, resp, end)
+	}
+	if t.Status == webhookd.DeliveryDeadLetter && del.Status != webhookd.DeliveryDeadLetter {
+		d.deadLettered(ctx, &l, t)
+	}
 	d.log.Info("delivery attempt", "delivery_id", del.ID, "event_id", del.EventID, "endpoint_id", del.EndpointID,
 		"attempt", a.Number, "trigger", trigger, "request_id", a.RequestID, "status_code", orNil(a.StatusCode),
 		"error", orNil(a.Error), "duration_ms", a.DurationMS, "outcome", t.Status)
@@ -331,6 +346,9 @@ func (d *Deliverer) endpointDisabled(ctx context.Context, r Request, l *storage.
 		return Result{}, err
 	}
 	if r.mode() == storage.ClaimAuto {
+		if l.Delivery.Status != webhookd.DeliveryDeadLetter {
+			d.deadLettered(ctx, l, t)
+		}
 		return Result{Status: t.Status}, nil
 	}
 	d.log.Info("manual attempt not made: the endpoint is disabled", "delivery_id", l.Delivery.ID,

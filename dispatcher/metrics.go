@@ -27,6 +27,10 @@ type metrics struct {
 	reenqueued  prometheus.Counter
 	deadLetters *prometheus.CounterVec
 	replays     *prometheus.CounterVec
+	// probes counts probes of open circuits; circuits, circuits opened and
+	// closed and endpoints disabled by the breaker.
+	probes   prometheus.Counter
+	circuits *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -53,6 +57,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "webhookd_deliveries_held_back_total",
 			Help: "Deliveries held back without an attempt, by reason: the endpoint at its in-flight cap, or over its rate limit.",
 		}, []string{"reason"}),
+		probes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "webhookd_circuit_probes_total",
+			Help: "Automatic attempts made as the probe of an endpoint's open circuit.",
+		}),
+		circuits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "webhookd_circuit_transitions_total",
+			Help: "Endpoint circuits opened and closed, and endpoints disabled for failing, by this worker.",
+		}, []string{"transition"}),
 		groups: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "webhookd_group_commit_size",
 			Help:    "Claims or records written together in one statement and commit.",
@@ -74,8 +86,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, reason := range []string{webhookd.ReasonExhausted, webhookd.ReasonClientError, webhookd.ReasonRedirect, webhookd.ReasonEndpointDisabled} {
 		m.deadLetters.WithLabelValues(reason) // every series from the start, so rate() sees the first one
 	}
+	for _, t := range []string{"opened", "closed", "disabled"} {
+		m.circuits.WithLabelValues(t)
+	}
 	for _, c := range []prometheus.Collector{m.attempts, m.duration, m.reconcile, m.offered, m.held, m.groups,
-		m.reenqueued, m.deadLetters, m.replays} {
+		m.reenqueued, m.deadLetters, m.replays, m.probes, m.circuits} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -47,6 +47,15 @@ func ParseSchedule(s string) (Schedule, error) {
 // one per delay.
 func (s Schedule) MaxAttempts() int { return len(s) + 1 }
 
+// Window is the schedule's whole length: the first attempt to the last.
+func (s Schedule) Window() time.Duration {
+	var w time.Duration
+	for _, d := range s {
+		w += d
+	}
+	return w
+}
+
 // Delay returns the wait after failed attempt number attempt (1-based), or
 // false when the schedule has no retry left after it.
 func (s Schedule) Delay(attempt int) (time.Duration, bool) {

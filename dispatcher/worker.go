@@ -56,6 +56,10 @@ type Config struct {
 	// purge runs; default 1h.
 	Retention         time.Duration
 	RetentionInterval time.Duration
+	// Circuit is the endpoints' circuit breaker and auto-disable; zero:
+	// DefaultCircuit. Circuit.After < 0 turns the breaker off,
+	// DisableAfter < 0 auto-disable.
+	Circuit storage.CircuitConfig
 	// Jobs runs background jobs (dead-letter replays); nil: none.
 	Jobs    func(ctx context.Context, jobID string) error
 	Clock   webhookd.Clock        // default webhookd.SystemClock
@@ -86,6 +90,15 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Retention == 0 {
 		c.Retention = 336 * time.Hour
+	}
+	if c.Circuit.After == 0 {
+		c.Circuit.After = DefaultCircuit.After
+	}
+	if len(c.Circuit.Probes) == 0 {
+		c.Circuit.Probes = DefaultCircuit.Probes
+	}
+	if c.Circuit.DisableAfter == 0 {
+		c.Circuit.DisableAfter = DefaultCircuit.DisableAfter
 	}
 	if c.RetentionInterval == 0 {
 		c.RetentionInterval = time.Hour
@@ -181,7 +194,9 @@ func NewWorker(cfg Config) (*Worker, error) {
 	d := &Deliverer{db: cfg.DB, client: NewHTTPClient(cfg.HTTP), schedule: cfg.Schedule, clock: cfg.Clock,
 		log: cfg.Logger, limiter: redis_rate.NewLimiter(cfg.Redis), prefix: cfg.RateLimitPrefix, metrics: m,
 		bodyTimeout: cfg.HTTP.ResponseTimeout, attemptTimeout: cfg.AttemptTimeout(), lease: cfg.Lease(),
-		gate: g, holder: newHolder(cfg.Redis, q, g, cfg.Clock, cfg.Logger, m.held), worker: storage.NewWorkerID()}
+		gate: g, holder: newHolder(cfg.Redis, q, g, cfg.Clock, cfg.Logger, m.held), worker: storage.NewWorkerID(),
+		circuit: storage.CircuitConfig{After: max(cfg.Circuit.After, 0), Probes: cfg.Circuit.Probes,
+			DisableAfter: max(cfg.Circuit.DisableAfter, 0)}}
 	w := &Worker{cfg: cfg, Deliverer: d, Queue: q, holder: d.holder, warm: warm.New(time.Minute),
 		reconciler: &Reconciler{DB: cfg.DB, Queue: q, Interval: cfg.ReconcileInterval, Grace: cfg.ReconcileGrace,
 			Clock: cfg.Clock, Logger: cfg.Logger, Observe: m.observeReconcile, Offered: m.offered.Add, Reenqueued: m.reenqueued.Add},

@@ -13,14 +13,15 @@ import (
 const SecretOverlap = 24 * time.Hour
 
 const endpointColumns = `id, project_id, url, description, event_types, status, disabled_reason,
-	rate_limit_per_second, secret, previous_secret, previous_expires_at, version, created_at, updated_at, max_in_flight`
+	rate_limit_per_second, secret, previous_secret, previous_expires_at, version, created_at, updated_at, max_in_flight,
+	circuit, probe_at`
 
 // scanEndpoint reads an endpoint of endpointColumns, its secrets opened.
 func (s *Store) scanEndpoint(row pgx.Row) (webhookd.Endpoint, error) {
 	var e webhookd.Endpoint
 	err := row.Scan(&e.ID, &e.ProjectID, &e.URL, &e.Description, &e.EventTypes, &e.Status, &e.DisabledReason,
 		&e.RateLimitPerSecond, &e.Secret, &e.PreviousSecret, &e.PreviousExpiresAt, &e.Version, &e.CreatedAt, &e.UpdatedAt,
-		&e.MaxInFlight)
+		&e.MaxInFlight, &e.Circuit, &e.ProbeAt)
 	if e.EventTypes == nil {
 		e.EventTypes = []string{}
 	}

@@ -56,6 +56,7 @@ type Lease struct {
 	Endpoint        webhookd.Endpoint
 	EndpointDeleted bool
 	MaxInFlight     *int    // the endpoint's max_in_flight
+	Failures        int     // the endpoint's consecutive failed attempts (its breaker's count)
 	Trigger         string  // what automatic attempts are logged as: auto or test
 	ManualRequest   *string // the redelivery asked for and not yet made, if any
 	ManualBy        *string // who asked for it
@@ -108,7 +109,7 @@ func (db *DB) ClaimDeliveries(ctx context.Context, now, until time.Time, cs []Cl
 		SELECT c.ord, held.token IS NOT NULL, `+deliveryColumns+`, d.auto_attempts, d.lease_until,
 			e.type, e.data, e.external_id, e.created_at,
 			p.url, p.status, p.secret, p.previous_secret, p.previous_expires_at, p.rate_limit_per_second, p.deleted_at,
-			p.max_in_flight, d.trigger, d.manual_request_id, d.manual_requested_by
+			p.max_in_flight, d.trigger, d.manual_request_id, d.manual_requested_by, p.circuit, p.probe_at, p.failures
 		FROM c JOIN deliveries d ON d.id = c.id JOIN events e ON e.id = d.event_id JOIN endpoints p ON p.id = d.endpoint_id
 			LEFT JOIN held ON held.token = c.token`,
 		ids, tokens, modes, reqs, now, until, workers).Query(func(rows pgx.Rows) error {
@@ -124,7 +125,7 @@ func (db *DB) ClaimDeliveries(ctx context.Context, now, until time.Time, cs []Cl
 				&l.AutoAttempts, &l.OtherUntil,
 				&ev.Type, &ev.Data, &ev.ExternalID, &ev.CreatedAt,
 				&ep.URL, &ep.Status, &ep.Secret, &ep.PreviousSecret, &ep.PreviousExpiresAt, &ep.RateLimitPerSecond, &deleted,
-				&l.MaxInFlight, &l.Trigger, &l.ManualRequest, &l.ManualBy); err != nil {
+				&l.MaxInFlight, &l.Trigger, &l.ManualRequest, &l.ManualBy, &ep.Circuit, &ep.ProbeAt, &l.Failures); err != nil {
 				return err
 			}
 			// A secret this process cannot open fails this claim's attempt

@@ -1,0 +1,176 @@
+package dispatcher
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/storage"
+)
+
+// DefaultCircuit is the breaker's default setting (SPEC §3): open after 10
+// consecutive failures, probes after 30 s, 1, 2, 5 and 10 min and every
+// 10 min after, disable after 120 h without a success.
+var DefaultCircuit = storage.CircuitConfig{After: 10,
+	Probes:       []time.Duration{30 * time.Second, time.Minute, 2 * time.Minute, 5 * time.Minute, 10 * time.Minute},
+	DisableAfter: 120 * time.Hour}
+
+// holdCircuit: the endpoint's circuit is open (a label of
+// webhookd_deliveries_held_back_total).
+const holdCircuit = "circuit_open"
+
+// breakerOutcome says how an attempt counts for its endpoint's breaker:
+// ok (2xx), failed (5xx, a timeout, a connect error), or not at all
+// (3xx, 4xx: the receiver is there).
+func breakerOutcome(r Response) (counts, ok bool) {
+	switch c := r.StatusCode; {
+	case r.Err != nil, c >= 500:
+		return true, false
+	case c >= 200 && c < 300:
+		return true, true
+	}
+	return false, false
+}
+
+// circuitGate decides an automatic attempt of an endpoint whose circuit is
+// not closed: it becomes the probe when the probe is due and nobody took
+// it; else the delivery waits, without an attempt, for the next probe (or
+// becomes a dead letter once its schedule's whole window has passed since
+// it was accepted). go is true when the attempt goes on.
+func (d *Deliverer) circuitGate(ctx context.Context, r Request, l *storage.Lease, now time.Time) (res Result, err error, goOn bool) {
+	if now.Sub(l.Delivery.CreatedAt) >= d.schedule.Window() {
+		t := storage.Transition{Status: webhookd.DeliveryDeadLetter, DeadLetterReason: webhookd.ReasonExhausted, Now: now}
+		if _, err := d.record(ctx, storage.Record{Lease: l, Transition: t}); err != nil {
+			return Result{}, err, false
+		}
+		d.deadLettered(ctx, l, t)
+		return Result{Status: t.Status}, nil, false
+	}
+	if at := l.Endpoint.ProbeAt; at != nil && at.After(now) {
+		res, err := d.holdLeased(ctx, r, l, *at, holdCircuit)
+		return res, err, false
+	}
+	took, err := d.db.TakeProbe(ctx, l.Delivery.EndpointID, now, now.Add(d.lease))
+	if err != nil {
+		return Result{}, err, false
+	}
+	if !took { // another attempt is the probe: look again after the first probe's wait
+		res, err := d.holdLeased(ctx, r, l, now.Add(probeWait(d.circuit.Probes, 0)), holdCircuit)
+		return res, err, false
+	}
+	d.metrics.probes.Inc()
+	return Result{}, nil, true
+}
+
+func probeWait(probes []time.Duration, n int) time.Duration {
+	if len(probes) == 0 {
+		return 30 * time.Second
+	}
+	return probes[min(n, len(probes)-1)]
+}
+
+// countForBreaker applies a recorded attempt to its endpoint's breaker,
+// when it can change it (any failure; a success while failures are
+// counted or the circuit is not closed), and tells of what changed:
+// operational events, a log line, and, once closed, the held deliveries
+// woken at once.
+func (d *Deliverer) countForBreaker(ctx context.Context, l *storage.Lease, resp Response, at time.Time) {
+	counts, ok := breakerOutcome(resp)
+	if !counts || d.circuit.After <= 0 && d.circuit.DisableAfter <= 0 ||
+		ok && l.Failures == 0 && l.Endpoint.Circuit == webhookd.CircuitClosed {
+		return
+	}
+	changes, err := d.db.ApplyCircuit(context.WithoutCancel(ctx), d.circuit,
+		[]storage.CircuitOutcome{{EndpointID: l.Delivery.EndpointID, OK: ok, At: at}})
+	if err != nil {
+		d.log.Warn("circuit breaker not updated", "endpoint_id", l.Delivery.EndpointID, "err", err)
+		return
+	}
+	for _, c := range changes {
+		d.circuitChanged(ctx, c)
+	}
+}
+
+func (d *Deliverer) circuitChanged(ctx context.Context, c storage.CircuitChange) {
+	switch {
+	case c.To == webhookd.CircuitClosed && c.From != webhookd.CircuitClosed:
+		d.log.Info("endpoint circuit closed", "endpoint_id", c.EndpointID)
+		d.metrics.circuits.WithLabelValues("closed").Inc()
+		d.emit(ctx, c.ProjectID, c.EndpointID, webhookd.EventCircuitClosed, map[string]any{"endpoint_id": c.EndpointID})
+		d.holder.wakeAll(ctx, c.EndpointID)
+	case c.To == webhookd.CircuitOpen && c.From == webhookd.CircuitClosed:
+		d.log.Warn("endpoint circuit opened", "endpoint_id", c.EndpointID, "failures", c.Failures, "next_probe_at", c.ProbeAt)
+		d.metrics.circuits.WithLabelValues("opened").Inc()
+		d.emit(ctx, c.ProjectID, c.EndpointID, webhookd.EventCircuitOpened, map[string]any{"endpoint_id": c.EndpointID,
+			"consecutive_failures": c.Failures, "next_probe_at": c.ProbeAt})
+	}
+	if c.Disabled {
+		d.log.Warn("endpoint disabled: no successful attempt within the disable window", "endpoint_id", c.EndpointID)
+		d.metrics.circuits.WithLabelValues("disabled").Inc()
+		d.emit(ctx, c.ProjectID, c.EndpointID, webhookd.EventEndpointDisabled, map[string]any{"endpoint_id": c.EndpointID,
+			"disabled_reason": webhookd.DisabledFailing})
+	}
+}
+
+// deadLettered tells of a delivery that became a dead letter, by a
+// webhookd.delivery.dead_lettered event; not of one that was itself an
+// operational event (two failing endpoints would tell each other forever).
+func (d *Deliverer) deadLettered(ctx context.Context, l *storage.Lease, t storage.Transition) {
+	if len(l.Event.Type) >= len(webhookd.ReservedTypePrefix) && l.Event.Type[:len(webhookd.ReservedTypePrefix)] == webhookd.ReservedTypePrefix {
+		return
+	}
+	del := l.Delivery
+	d.emit(ctx, del.ProjectID, del.EndpointID, webhookd.EventDeliveryDeadLetter, map[string]any{"delivery_id": del.ID,
+		"event_id": del.EventID, "endpoint_id": del.EndpointID, "event_type": del.EventType, "reason": t.DeadLetterReason,
+		"last_status_code": del.LastStatusCode})
+}
+
+// emit creates an operational event of type typ in the project, for the
+// endpoints that subscribe to typ by name but the one it is about, and
+// enqueues its deliveries; it is kept (with no delivery) when none does,
+// as the endpoint's history. A failure is logged: the event is news, not
+// a delivery anyone is owed.
+func (d *Deliverer) emit(ctx context.Context, projectID, about, typ string, data map[string]any) {
+	ctx = context.WithoutCancel(ctx)
+	body, err := json.Marshal(data)
+	if err == nil {
+		var subs []string
+		if subs, err = d.db.Store().SubscribersOf(ctx, projectID, typ, about); err == nil {
+			if subs == nil {
+				subs = []string{}
+			}
+			var evs []webhookd.Event
+			now := d.clock.Now()
+			evs, err = d.db.Store().CreateEvents(ctx, projectID, []storage.NewEvent{{Type: typ, Data: body, EndpointIDs: subs}},
+				now, func(int) string { return "" })
+			for _, ev := range evs {
+				for _, dl := range ev.Deliveries {
+					_ = d.holder.queue.Enqueue(ctx, webhookd.ScheduledDelivery{ID: dl.ID, EndpointID: dl.EndpointID, DueAt: now})
+				}
+			}
+		}
+	}
+	if err != nil {
+		d.log.Warn("operational event not created", "type", typ, "endpoint_id", about, "err", err)
+	}
+}
+
+// wakeAll makes every delivery held for ep due now (its circuit closed:
+// they waited for its next probe), and wakes as many as it has room for.
+func (h *holder) wakeAll(ctx context.Context, ep string) {
+	now := h.clock.Now()
+	if err := dueNowScript.Run(ctx, h.rdb, []string{h.key(ep)}, now.UnixMilli()).Err(); err != nil && err != redis.Nil {
+		return
+	}
+	h.wake(ctx, ep)
+}
+
+// dueNowScript gives every id of a held set (KEYS[1]) scored later than
+// ARGV[1] that score.
+var dueNowScript = redis.NewScript(`
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[1], '+inf')
+for _, id in ipairs(ids) do redis.call('ZADD', KEYS[1], ARGV[1], id) end
+return #ids`)

@@ -1,0 +1,167 @@
+package storage
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/webhookd/webhookd"
+)
+
+// CircuitConfig is the breaker's setting (SPEC §3 "Endpoint lifecycle").
+type CircuitConfig struct {
+	// After is how many consecutive failed attempts open an endpoint's
+	// circuit; 0 turns the breaker off.
+	After int
+	// Probes are the waits before each probe of an open circuit; the
+	// last one repeats.
+	Probes []time.Duration
+	// DisableAfter disables an endpoint that has had no successful
+	// attempt for this long while its attempts failed; 0: never.
+	DisableAfter time.Duration
+}
+
+// CircuitOutcome is one recorded attempt as the breaker counts it.
+type CircuitOutcome struct {
+	EndpointID string
+	OK         bool // 2xx; else a failure: 5xx, a timeout, a connect error
+	At         time.Time
+}
+
+// CircuitChange is an endpoint whose circuit or status an outcome changed.
+type CircuitChange struct {
+	EndpointID, ProjectID string
+	From, To              string     // circuit states
+	Disabled              bool       // disabled now (disabled_reason failing)
+	ProbeAt               *time.Time // the next probe, when To is open
+	Failures              int
+}
+
+// ApplyCircuit counts outcomes towards each endpoint's breaker, in order:
+// a success closes the circuit and ends the failing spell; a failure adds
+// to the consecutive failures, opens the circuit at cfg.After, and while
+// it is open (a failed probe, or a person's attempt that failed) moves the
+// next probe along cfg.Probes; a failing spell of cfg.DisableAfter
+// disables the endpoint (failing). It returns the endpoints that changed.
+func (db *DB) ApplyCircuit(ctx context.Context, cfg CircuitConfig, outcomes []CircuitOutcome) ([]CircuitChange, error) {
+	if len(outcomes) == 0 {
+		return nil, nil
+	}
+	var changes []CircuitChange
+	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+		// One endpoint at a time, in id order (no deadlock between two
+		// workers), each row locked while its outcomes apply.
+		byEP := map[string][]CircuitOutcome{}
+		var ids []string
+		for _, o := range outcomes {
+			if _, ok := byEP[o.EndpointID]; !ok {
+				ids = append(ids, o.EndpointID)
+			}
+			byEP[o.EndpointID] = append(byEP[o.EndpointID], o)
+		}
+		rows, err := tx.Query(ctx, `SELECT id, project_id, status, circuit, failures, failing_since, probes, probe_at
+			FROM endpoints WHERE id = ANY($1) ORDER BY id FOR UPDATE`, ids)
+		if err != nil {
+			return err
+		}
+		type state struct {
+			id, project, status, circuit string
+			failures, probes             int
+			failingSince, probeAt        *time.Time
+		}
+		var states []state
+		var st state
+		if _, err := pgx.ForEachRow(rows, []any{&st.id, &st.project, &st.status, &st.circuit, &st.failures,
+			&st.failingSince, &st.probes, &st.probeAt}, func() error { states = append(states, st); return nil }); err != nil {
+			return err
+		}
+		for _, s := range states {
+			was := s
+			disabled := false
+			for _, o := range byEP[s.id] {
+				switch {
+				case o.OK:
+					s.failures, s.failingSince, s.circuit, s.probes, s.probeAt = 0, nil, webhookd.CircuitClosed, 0, nil
+				case s.circuit != webhookd.CircuitClosed: // a failed probe
+					s.failures++
+					s.probes++
+					at := o.At.Add(probeWait(cfg.Probes, s.probes))
+					s.circuit, s.probeAt = webhookd.CircuitOpen, &at
+				default:
+					s.failures++
+					if s.failingSince == nil {
+						at := o.At
+						s.failingSince = &at
+					}
+					if cfg.After > 0 && s.failures >= cfg.After {
+						at := o.At.Add(probeWait(cfg.Probes, 0))
+						s.circuit, s.probes, s.probeAt = webhookd.CircuitOpen, 0, &at
+					}
+				}
+				if !o.OK && cfg.DisableAfter > 0 && s.status == webhookd.EndpointActive && s.failingSince != nil &&
+					o.At.Sub(*s.failingSince) >= cfg.DisableAfter {
+					s.status, disabled = webhookd.EndpointDisabled, true
+				}
+			}
+			if s == was {
+				continue
+			}
+			if _, err := tx.Exec(ctx, `UPDATE endpoints SET circuit = $2, failures = $3, failing_since = $4, probes = $5,
+					probe_at = $6, circuit_opened_at = CASE WHEN $2 = 'closed' THEN NULL
+						WHEN circuit = 'closed' THEN now() ELSE circuit_opened_at END,
+					status = $7, disabled_reason = CASE WHEN $8 THEN 'failing' ELSE disabled_reason END,
+					version = version + CASE WHEN $8 OR $2 <> circuit THEN 1 ELSE 0 END
+				WHERE id = $1`, s.id, s.circuit, s.failures, s.failingSince, s.probes, s.probeAt, s.status, disabled); err != nil {
+				return err
+			}
+			if s.circuit != was.circuit || disabled {
+				changes = append(changes, CircuitChange{EndpointID: s.id, ProjectID: s.project, From: was.circuit, To: s.circuit,
+					Disabled: disabled, ProbeAt: s.probeAt, Failures: s.failures})
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("circuit: %w", err)
+	}
+	return changes, nil
+}
+
+// probeWait is the wait before probe n (0: the first) of an open circuit.
+func probeWait(probes []time.Duration, n int) time.Duration {
+	if len(probes) == 0 {
+		return 30 * time.Second
+	}
+	return probes[min(n, len(probes)-1)]
+}
+
+// TakeProbe makes the caller the probe of ep's open circuit if its probe
+// is due at now: the circuit goes to probing until until (should the
+// probe never be recorded, another may go then). False: the probe is not
+// due, or another attempt took it.
+func (db *DB) TakeProbe(ctx context.Context, ep string, now, until time.Time) (bool, error) {
+	tag, err := db.pool.Exec(ctx, `UPDATE endpoints SET circuit = 'probing', probe_at = $3
+		WHERE id = $1 AND circuit <> 'closed' AND probe_at <= $2`, ep, now, until)
+	if err != nil {
+		return false, fmt.Errorf("take probe: %w", err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// SubscribersOf returns the ids of the project's active endpoints that list
+// type typ in their event types (by name, not by subscribing to every
+// type), but for except: where an operational event goes.
+func (s *Store) SubscribersOf(ctx context.Context, projectID, typ, except string) ([]string, error) {
+	rows, err := s.q.Query(ctx, `SELECT id FROM endpoints WHERE project_id = $1 AND deleted_at IS NULL
+		AND status = 'active' AND $2 = ANY(event_types) AND id <> $3 ORDER BY id`, projectID, typ, except)
+	if err != nil {
+		return nil, fmt.Errorf("subscribers: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("subscribers: %w", err)
+	}
+	return ids, nil
+}
