@@ -123,6 +123,9 @@ func (s *Server) finish(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
+	if problems == nil {
+		problems = []string{}
+	}
 	writeJSON(w, map[string]any{"pass": len(problems) == 0, "problems": problems, "requests": sess.Requests()})
 }
 
