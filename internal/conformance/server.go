@@ -27,7 +27,9 @@ type Session struct {
 // NewSession makes the case's project (with its rate limit) in db and
 // starts a proxy to apiURL with the case's faults.
 func NewSession(ctx context.Context, db *storage.DB, apiURL string, c Case) (*Session, error) {
-	key, p, err := db.Store().CreateAPIKey(ctx, "conformance-"+c.Name, storage.ProjectPlan{RateLimitPerMinute: c.RateLimit})
+	// A project of its own each time: a project is found by name, and one
+	// shared by two runs of a case would count both runs' events and limit.
+	key, p, err := db.Store().CreateAPIKey(ctx, "conformance-"+c.Name+"-"+randomID(), storage.ProjectPlan{RateLimitPerMinute: c.RateLimit})
 	if err != nil {
 		return nil, fmt.Errorf("conformance: project for %s: %w", c.Name, err)
 	}
@@ -94,9 +96,7 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
-	b := make([]byte, 8)
-	rand.Read(b)
-	id := hex.EncodeToString(b)
+	id := randomID()
 	s.mu.Lock()
 	s.sessions[id] = sess
 	s.mu.Unlock()
@@ -142,4 +142,10 @@ func (s *Server) Close() {
 func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(v)
+}
+
+func randomID() string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return hex.EncodeToString(b)
 }

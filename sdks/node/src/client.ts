@@ -1,3 +1,4 @@
+import { randomUUID } from "node:crypto";
 import { errorFromResponse, WebhookdAbortError, WebhookdError, WebhookdNetworkError } from "./errors.js";
 import { Pacer } from "./pacer.js";
 import { afterRetryAfter, backoff, parseRetryAfter, RetryPolicy, sleep, withDefaults } from "./retry.js";
@@ -225,10 +226,10 @@ export class WebhookdClient {
 
   /** Runs a request, retrying as its mode and the policy allow. */
   private async do<T>(r: Request, opts: CallOptions): Promise<T> {
-    if (r.idempotencyKey === "") r.idempotencyKey = crypto.randomUUID(); // one key per logical operation
+    if (r.idempotencyKey === "") r.idempotencyKey = randomUUID(); // one key per logical operation
     const deadline = opts.timeoutMs != null ? Date.now() + opts.timeoutMs : Infinity;
     const signal = opts.timeoutMs != null
-      ? (opts.signal ? AbortSignal.any([opts.signal, AbortSignal.timeout(opts.timeoutMs)]) : AbortSignal.timeout(opts.timeoutMs))
+      ? (opts.signal ? anySignal(opts.signal, AbortSignal.timeout(opts.timeoutMs)) : AbortSignal.timeout(opts.timeoutMs))
       : opts.signal;
     let last: WebhookdError | null = null;
     const stopped = (cause: unknown) =>
@@ -294,11 +295,33 @@ export class WebhookdClient {
     const perTry = AbortSignal.timeout(this.retry.perTryTimeoutMs);
     const res = await this.fetch(url, {
       method: r.method, headers, body: r.body === undefined ? undefined : JSON.stringify(r.body),
-      signal: signal ? AbortSignal.any([signal, perTry]) : perTry, redirect: "manual",
+      signal: signal ? anySignal(signal, perTry) : perTry, redirect: "manual",
     });
     const text = await res.text();
     return { res, text };
   }
+}
+
+/** A signal that fires when either does (AbortSignal.any, which Node 18
+ * lacks: Debian 12's Node is 18). */
+function anySignal(a: AbortSignal, b: AbortSignal): AbortSignal {
+  const ac = new AbortController();
+  for (const s of [a, b]) {
+    if (s.aborted) {
+      ac.abort(s.reason);
+      return ac.signal;
+    }
+  }
+  const onA = () => done(a);
+  const onB = () => done(b);
+  const done = (s: AbortSignal) => {
+    a.removeEventListener("abort", onA);
+    b.removeEventListener("abort", onB);
+    ac.abort(s.reason);
+  };
+  a.addEventListener("abort", onA, { once: true });
+  b.addEventListener("abort", onB, { once: true });
+  return ac.signal;
 }
 
 function isConnectError(e: unknown): boolean {
