@@ -1,4 +1,7 @@
-# webhookd — build, run and check targets. Every target is exercised by .ci/run.
+# webhookd — build, run and check targets. .ci/run exercises them all but soak,
+# bench and bench-baseline, which take too long for CI (it runs bench-smoke, the
+# same load tool on a small load); build and bench-tool run within bench-smoke,
+# run within scripts/smoke.sh, generate within check-generated.
 
 # Go lives in /usr/local/go/bin on our machines; a go already on PATH wins.
 export PATH := $(PATH):/usr/local/go/bin

@@ -70,6 +70,10 @@ type Project struct {
 	CreatedAt          time.Time
 }
 
+// DefaultMaxInFlight is an endpoint's max_in_flight unless it sets a lower
+// one: the ceiling of its adaptive concurrency limit in each worker.
+const DefaultMaxInFlight = 1000
+
 // Endpoint is a subscriber's URL with its filter and signing secrets.
 type Endpoint struct {
 	ID                 string
@@ -80,7 +84,7 @@ type Endpoint struct {
 	Status             string   // EndpointActive or EndpointDisabled
 	DisabledReason     *string  // nil while active
 	RateLimitPerSecond *int     // nil: unlimited
-	MaxInFlight        *int     // requests in flight per worker process; nil: the worker's default
+	MaxInFlight        *int     // the ceiling of its adaptive limit per worker process; DefaultMaxInFlight unless set
 	Secret             string   // whsec_ + base64
 	PreviousSecret     *string  // still signs until PreviousExpiresAt
 	PreviousExpiresAt  *time.Time

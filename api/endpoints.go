@@ -19,7 +19,7 @@ const (
 	maxDescriptionLength = 1024
 	maxEventTypes        = 256
 	maxRatePerSecond     = 100000
-	maxInFlight          = 1000 // an endpoint's max_in_flight, per worker process
+	maxInFlight          = webhookd.DefaultMaxInFlight // the highest max_in_flight, per worker process, and its default
 )
 
 // endpointInput is the writable part of an endpoint, as decoded.
@@ -91,7 +91,7 @@ func (s *Server) validateEndpoint(in *endpointInput, present map[string]bool) er
 		return webhookd.Invalid("rate_limit_per_second", "must be between 1 and %d, or null for no limit", maxRatePerSecond)
 	}
 	if m := in.MaxInFlight; m != nil && (*m < 1 || *m > maxInFlight) {
-		return webhookd.Invalid("max_in_flight", "must be between 1 and %d, or null for the worker's default", maxInFlight)
+		return webhookd.Invalid("max_in_flight", "must be between 1 and %d, or null for the default (%d)", maxInFlight, maxInFlight)
 	}
 	if present["status"] && in.Status != webhookd.EndpointActive && in.Status != webhookd.EndpointDisabled {
 		return webhookd.Invalid("status", `must be "active" or "disabled"`)
@@ -161,8 +161,8 @@ func (s *Server) getEndpoint(c *call) (int, any, error) {
 func (s *Server) patchEndpoint(c *call) (int, any, error) {
 	var in endpointInput
 	// null clears description, event_types (every type) and
-	// rate_limit_per_second (no limit), max_in_flight (the worker's
-	// default); a null url or status fails validation.
+	// rate_limit_per_second (no limit), and sets max_in_flight to its
+	// default (1000); a null url or status fails validation.
 	present, err := decodeObject(c.body, "", in.fields())
 	if err != nil {
 		return 0, nil, err

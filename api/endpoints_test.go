@@ -45,7 +45,7 @@ func TestEndpointLifecycle(t *testing.T) {
 	expectStatus(t, r, http.StatusOK)
 	p := r.json(t)
 	if p["version"] != 2.0 || p["description"] != "new" || p["status"] != "disabled" || p["disabled_reason"] != "manual" || p["rate_limit_per_second"] != nil ||
-		p["max_in_flight"] != nil {
+		p["max_in_flight"] != 1000.0 {
 		t.Fatalf("patched %s", r.body)
 	}
 	r = h.do(req{method: "PATCH", path: "/v1/endpoints/" + id, body: `{"status":"active"}`, header: map[string]string{"If-Match": "2"}})

@@ -236,23 +236,28 @@ func TestDeadlineTooShortForRetryAfterGivesUpAtOnce(t *testing.T) {
 	}
 }
 
-// TestPacingStaysUnderTheLimit runs three times a small limit through one
-// client from three goroutines: the client's pacing must keep every request
-// under the limit, so the API never answers 429. The API counts the limit
-// over 5 s instead of a minute (the same GCRA, headers and 429s), so the
-// two windows of refill the loop needs take about 10 s, not 2 minutes.
+// TestPacingStaysUnderTheLimit sends a tenth more requests than a
+// project's per-minute limit through one client from three goroutines: the
+// first ones spend the limit's burst, and the client's pacing must then
+// keep the rest under the limit, so the API never answers 429. The limit is
+// high so that the paced part, a tenth of a second a request, is over in
+// seconds; a small limit proves the same over minutes.
 func TestPacingStaysUnderTheLimit(t *testing.T) {
 	t.Parallel()
-	const limit = 20
-	s := newStackWindow(t, storage.ProjectPlan{RateLimitPerMinute: limit}, 5*time.Second)
+	const (
+		limit      = 600 // a minute: GCRA wins one back every 100 ms, and allows a burst of all of them
+		goroutines = 3
+		each       = (limit + limit/10) / goroutines
+	)
+	s := newStack(t, storage.ProjectPlan{RateLimitPerMinute: limit})
 	c := newClient(t, s, client.WithRetryPolicy(client.RetryPolicy{MaxAttempts: 1}))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var wg sync.WaitGroup
-	errs := make(chan error, 3*limit)
-	for g := 0; g < 3; g++ {
+	errs := make(chan error, goroutines)
+	for range goroutines {
 		wg.Go(func() {
-			for i := 0; i < limit; i++ {
+			for range each {
 				if _, err := c.SendEvent(ctx, event("paced")); err != nil {
 					errs <- err
 					return
@@ -271,8 +276,8 @@ func TestPacingStaysUnderTheLimit(t *testing.T) {
 			n429++
 		}
 	}
-	if n429 > 0 || s.count(t, "events") != 3*limit {
-		t.Fatalf("%d answers were 429; %d events, want %d", n429, s.count(t, "events"), 3*limit)
+	if n429 > 0 || s.count(t, "events") != goroutines*each {
+		t.Fatalf("%d answers were 429; %d events, want %d", n429, s.count(t, "events"), goroutines*each)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -24,6 +25,8 @@ var endpointFlash = map[string]struct{ text, kind string }{
 	"enabled":             {"Endpoint enabled: it gets new deliveries again.", "ok"},
 	"disabled":            {"Endpoint disabled: it gets no new deliveries, and those already scheduled become dead letters (endpoint_disabled) when their turn comes.", "ok"},
 	"test_disabled":       {"The endpoint is disabled: enable it to send a test event.", "error"},
+	"max_in_flight":       {"Max in flight changed: each worker's limit for the endpoint adapts up to it.", "ok"},
+	"bad_max_in_flight":   {"Max in flight must be a whole number from 1 to 1000.", "error"},
 	webhookd.CodeNotFound: {"No such endpoint (it may have been deleted).", "error"},
 }
 
@@ -96,6 +99,36 @@ func (s *Server) setEndpointStatus(w http.ResponseWriter, r *http.Request) {
 		done = "disabled"
 	}
 	http.Redirect(w, r, "/endpoints?done="+done, http.StatusSeeOther)
+}
+
+// setMaxInFlight changes the endpoint's max_in_flight (the ceiling of its
+// adaptive limit per worker), as PATCH /v1/endpoints/{id} does; empty
+// sets the default.
+func (s *Server) setMaxInFlight(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, 8<<10)
+	var m *int
+	if v := strings.TrimSpace(r.PostFormValue("max_in_flight")); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > webhookd.DefaultMaxInFlight {
+			http.Redirect(w, r, "/endpoints?done=bad_max_in_flight", http.StatusSeeOther)
+			return
+		}
+		m = &n
+	}
+	ep, ok := s.endpointOf(w, r)
+	if !ok {
+		return
+	}
+	if _, err := s.store.UpdateEndpoint(r.Context(), ep.ProjectID, ep.ID, storage.EndpointPatch{MaxInFlight: &m},
+		s.cfg.Clock.Now()); err != nil {
+		if webhookd.ErrorCode(err) == webhookd.CodeNotFound {
+			http.Redirect(w, r, "/endpoints?done="+webhookd.CodeNotFound, http.StatusSeeOther)
+			return
+		}
+		s.fail(w, r, err)
+		return
+	}
+	http.Redirect(w, r, "/endpoints?done=max_in_flight", http.StatusSeeOther)
 }
 
 // sendTestEvent sends a webhookd.test event to this endpoint alone, as POST

@@ -10,6 +10,7 @@ import (
 	"github.com/PuerkitoBio/goquery"
 
 	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/storage"
 )
 
 func TestEndpointsListDisableEnableAndTestEvent(t *testing.T) {
@@ -120,5 +121,54 @@ func TestSuccessRate(t *testing.T) {
 		if r, cl := successRate(c.ok, c.dead), successClass(c.ok, c.dead); r != c.rate || cl != c.class {
 			t.Errorf("%d ok, %d dead: %s %s, want %s %s", c.ok, c.dead, r, cl, c.rate, c.class)
 		}
+	}
+}
+
+// TestEndpointsShowConcurrencyAndSetMaxInFlight: each endpoint shows its
+// adaptive limit and requests in flight summed over the live workers'
+// heartbeats, and how many deliveries wait; its max_in_flight is set from
+// the row (empty: the default), a bad value changes nothing.
+func TestEndpointsShowConcurrencyAndSetMaxInFlight(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	ep, _ := f.seed("acme", 3, "invoice.paid") // three pending deliveries, due now
+	ctx := context.Background()
+	for _, l := range []storage.EndpointLoad{{Limit: 40, InFlight: 12}, {Limit: 25, InFlight: 3}} {
+		if err := f.db.Beat(ctx, storage.NewWorkerID(), map[string]storage.EndpointLoad{ep: l}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := f.client()
+	f.login(c)
+	cell := func() *goquery.Selection {
+		t.Helper()
+		_, body := f.do(c, "GET", "/endpoints", nil, nil)
+		doc, _ := goquery.NewDocumentFromReader(strings.NewReader(body))
+		return doc.Find(`tr[data-endpoint-id="` + ep + `"] td.concurrency`)
+	}
+	td := cell()
+	if td.Find(".limit").Text() != "65" || td.Find(".in-flight").Text() != "15" || td.Find(".due").Text() != "3" {
+		t.Fatalf("concurrency cell %q, want limit 65, 15 in flight, 3 waiting", strings.Join(strings.Fields(td.Text()), " "))
+	}
+	if v := td.Find(`input[name="max_in_flight"]`).AttrOr("value", ""); v != "1000" {
+		t.Fatalf("max_in_flight shown %q, want the default 1000", v)
+	}
+
+	for _, bad := range []string{"0", "1001", "x"} {
+		resp, _ := f.do(c, "POST", "/endpoints/"+ep+"/max-in-flight", url.Values{"max_in_flight": {bad}}, nil)
+		if resp.Header.Get("Location") != "/endpoints?done=bad_max_in_flight" {
+			t.Fatalf("max_in_flight %q: %q", bad, resp.Header.Get("Location"))
+		}
+	}
+	resp, _ := f.do(c, "POST", "/endpoints/"+ep+"/max-in-flight", url.Values{"max_in_flight": {"25"}}, nil)
+	if resp.Header.Get("Location") != "/endpoints?done=max_in_flight" {
+		t.Fatalf("set max_in_flight: %d %q", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	if v := cell().Find(`input[name="max_in_flight"]`).AttrOr("value", ""); v != "25" {
+		t.Fatalf("max_in_flight after setting 25: %q", v)
+	}
+	f.do(c, "POST", "/endpoints/"+ep+"/max-in-flight", url.Values{"max_in_flight": {""}}, nil)
+	if v := cell().Find(`input[name="max_in_flight"]`).AttrOr("value", ""); v != "1000" {
+		t.Fatalf("max_in_flight after clearing: %q, want the default", v)
 	}
 }

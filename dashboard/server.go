@@ -167,6 +167,7 @@ func New(cfg Config) (*Server, error) {
 	mux.Handle("GET /endpoints", s.authed(s.endpointsPage))
 	mux.Handle("POST /endpoints/{id}/status", s.authed(s.setEndpointStatus))
 	mux.Handle("POST /endpoints/{id}/test", s.authed(s.sendTestEvent))
+	mux.Handle("POST /endpoints/{id}/max-in-flight", s.authed(s.setMaxInFlight))
 	mux.Handle("POST /endpoints/{id}/secret", s.authed(s.revealSecret))
 	mux.Handle("POST /endpoints/{id}/rotate-secret", s.authed(s.rotateSecret))
 	mux.Handle("/", s.authed(func(w http.ResponseWriter, r *http.Request) {

@@ -51,6 +51,7 @@ type Deliverer struct {
 	records        *batcher[storage.Record, bool]
 	gate           *gate
 	holder         *holder
+	worker         string // this process's id: its heartbeat's, and its leases'
 }
 
 // RetryAt asks the queue to run the task again at a time: the next
@@ -163,7 +164,7 @@ func (d *Deliverer) Attempt(ctx context.Context, r Request) (Result, error) {
 	}
 	now := d.clock.Now()
 	l, err := d.claims.Do(ctx, storage.Claim{DeliveryID: r.DeliveryID, Token: storage.NewRequestID(), Mode: r.mode(),
-		RequestID: r.RequestID})
+		RequestID: r.RequestID, Worker: d.worker})
 	switch {
 	case err != nil:
 		return Result{}, err
@@ -204,6 +205,9 @@ func (d *Deliverer) Attempt(ctx context.Context, r Request) (Result, error) {
 	slot.start = time.Now()
 	a, resp := d.send(sendCtx, &l, trigger)
 	cancel()
+	if l.SecretErr == nil { // unsent: it says nothing of the endpoint
+		slot.sig = signalOf(resp)
+	}
 	slot.release()
 	end := d.clock.Now()
 	out := Classify(end, l.AutoAttempts+1, d.schedule, resp)
@@ -235,6 +239,7 @@ type endpointSlot struct {
 	gate  *gate
 	ep    string
 	start time.Time // when its request started; zero: none was sent
+	sig   signal    // what the request's outcome says of the endpoint
 }
 
 // release gives the slot back; later calls do nothing.
@@ -244,7 +249,7 @@ func (s *endpointSlot) release() {
 		if !s.start.IsZero() {
 			took = time.Since(s.start)
 		}
-		s.gate.release(s.ep, took)
+		s.gate.release(s.ep, took, s.sig)
 		s.gate = nil
 	}
 }

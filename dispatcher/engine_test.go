@@ -12,6 +12,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/dispatcher"
@@ -60,7 +61,7 @@ func (h *hanging) answer(_ int, w http.ResponseWriter, r *http.Request) {
 // bounded by the pool.
 func TestNoConnectionHeldThroughARequest(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *dispatcher.Config) { c.Concurrency = 60; c.EndpointMaxInFlight = 50 })
+	e := newEnv(t, func(c *dispatcher.Config) { c.Concurrency = 60; c.EndpointInitialLimit = 50 })
 	h := newHanging(t)
 	e.endpoint(h.URL, nil)
 	e.publish("a", 40)
@@ -84,7 +85,7 @@ func TestHangingEndpointDoesNotStarveOthers(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	e := newEnv(t, func(c *dispatcher.Config) {
 		c.Concurrency = 20
-		c.EndpointMaxInFlight = 5
+		c.EndpointInitialLimit = 5
 		c.HTTP.ResponseTimeout = time.Minute
 		c.Metrics = reg
 	})
@@ -142,7 +143,7 @@ func TestManualRedeliveriesKeepToTheEndpointCap(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(c *dispatcher.Config) {
 		c.Concurrency = 20
-		c.EndpointMaxInFlight = 5
+		c.EndpointInitialLimit = 5
 		c.HTTP.ResponseTimeout = time.Minute
 	})
 	slow := newHanging(t)
@@ -186,7 +187,7 @@ func TestManualRedeliveriesKeepToTheEndpointCap(t *testing.T) {
 // spent, and all get through once the endpoint answers.
 func TestReplaysKeepToTheEndpointCap(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *dispatcher.Config) { c.EndpointMaxInFlight = 2; c.HTTP.ResponseTimeout = time.Minute })
+	e := newEnv(t, func(c *dispatcher.Config) { c.EndpointInitialLimit = 2; c.HTTP.ResponseTimeout = time.Minute })
 	h := newHanging(t)
 	h.refuse.Store(true)
 	e.endpoint(h.URL, nil)
@@ -221,7 +222,7 @@ func TestReplaysKeepToTheEndpointCap(t *testing.T) {
 // as soon as earlier ones finish, not after the holding task's sleep.
 func TestHeldBacklogMovesAsSlotsFree(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *dispatcher.Config) { c.EndpointMaxInFlight = 2 })
+	e := newEnv(t, func(c *dispatcher.Config) { c.EndpointInitialLimit = 2 })
 	rc := newReceiver(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
 		time.Sleep(50 * time.Millisecond)
 		w.WriteHeader(200)
@@ -243,7 +244,7 @@ func TestHeldBacklogMovesAsSlotsFree(t *testing.T) {
 // tasks), a pass does, and none is lost.
 func TestReconcilerLeavesHeldDeliveriesToTheHolder(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *dispatcher.Config) { c.EndpointMaxInFlight = 2; c.HTTP.ResponseTimeout = time.Minute })
+	e := newEnv(t, func(c *dispatcher.Config) { c.EndpointInitialLimit = 2; c.HTTP.ResponseTimeout = time.Minute })
 	h := newHanging(t)
 	e.endpoint(h.URL, nil)
 	ids := e.publish("a", 10)
@@ -449,7 +450,7 @@ func TestReconcilerLeavesRecentlyDueAlone(t *testing.T) {
 // default cap.
 func TestEndpointOwnCap(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *dispatcher.Config) { c.Concurrency = 20; c.EndpointMaxInFlight = 10 })
+	e := newEnv(t, func(c *dispatcher.Config) { c.Concurrency = 20; c.EndpointInitialLimit = 10 })
 	h := newHanging(t)
 	three := 3
 	ep, err := e.db.Store().CreateEndpoint(context.Background(), e.project.ID,
@@ -488,4 +489,64 @@ func heldCounter(t *testing.T, reg *prometheus.Registry) prometheus.Collector {
 	}
 	t.Fatal("no webhookd_deliveries_held_back_total{reason=in_flight_cap}")
 	return nil
+}
+
+// TestLimitGrowsForAHealthyEndpoint: an endpoint that answers 2xx in a
+// steady 100 ms gets more requests in flight than the worker's initial
+// limit, without configuration, and the limit's distribution is in the
+// metrics; one that answers 503 stays at the initial limit or below.
+func TestLimitGrowsForAHealthyEndpoint(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	e := newEnv(t, func(c *dispatcher.Config) { c.Concurrency = 100; c.EndpointInitialLimit = 2; c.Metrics = reg })
+	var open, peak, refusedPeak atomic.Int64
+	track := func(code int, peak *atomic.Int64) func(int, http.ResponseWriter, *http.Request) {
+		return func(_ int, w http.ResponseWriter, _ *http.Request) {
+			n := open.Add(1)
+			defer open.Add(-1)
+			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+			}
+			time.Sleep(100 * time.Millisecond) // a steady receiver, as the limiter's latency signal sees it
+			w.WriteHeader(code)
+		}
+	}
+	endpoint := func(url, typ string) {
+		if _, err := e.db.Store().CreateEndpoint(context.Background(), e.project.ID,
+			storage.NewEndpoint{URL: url, Secret: newSecret(t), EventTypes: []string{typ}}, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	healthy := newReceiver(t, track(204, &peak))
+	endpoint(healthy.URL, "fine")
+	ids := e.publish("fine", 300)
+	for _, id := range ids {
+		e.waitStatus(id, webhookd.DeliverySucceeded, 30*time.Second)
+	}
+	if p := peak.Load(); p <= 10 {
+		t.Fatalf("a healthy endpoint had %d requests in flight at most; its limit did not grow past 10 from 2", p)
+	}
+	t.Logf("peak in flight %d (initial limit 2)", peak.Load())
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var limits *dto.Histogram
+	for _, mf := range mfs {
+		if mf.GetName() == "webhookd_endpoint_concurrency_limit" {
+			limits = mf.GetMetric()[0].GetHistogram()
+		}
+	}
+	if limits == nil || limits.GetSampleCount() != 1 || limits.GetSampleSum() <= 10 {
+		t.Fatalf("webhookd_endpoint_concurrency_limit: %v, want one endpoint with a limit over 10", limits)
+	}
+
+	failing := newReceiver(t, track(503, &refusedPeak))
+	endpoint(failing.URL, "refused")
+	e.publish("refused", 50)
+	waitFor(t, 20*time.Second, "every refused delivery attempted", func() bool {
+		return e.count(`SELECT count(*) FROM deliveries WHERE event_type = 'refused' AND attempts_count > 0`) == 50
+	})
+	if p := refusedPeak.Load(); p > 2 {
+		t.Fatalf("an endpoint answering 503 had %d requests in flight at once; want no more than the initial 2", p)
+	}
 }

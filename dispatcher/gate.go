@@ -4,11 +4,17 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/storage"
 )
 
 // gate counts the requests in flight per endpoint in this worker process
-// and refuses one more past the endpoint's cap, so a slow or hanging
-// endpoint holds at most its share of the worker's slots.
+// and refuses one more past the endpoint's limit, so a slow or hanging
+// endpoint holds at most its share of the worker's slots. The limit adapts
+// to the endpoint (limiter): it starts at the worker's initial limit and
+// moves between 1 and the endpoint's max_in_flight with what its answers
+// and latency say.
 //
 // An attempt that finds its endpoint at the cap may wait for a slot only
 // when a slot is sure to free soon: the endpoint answers fast enough that
@@ -18,7 +24,7 @@ import (
 // worker slot and without database work.
 type gate struct {
 	mu    sync.Mutex
-	def   int           // the cap of an endpoint without its own
+	def   int           // the limit an endpoint starts from
 	wait  time.Duration // how long an admitted attempt waits for a slot at most
 	eps   map[string]*endpointState
 	freed chan string // endpoints that got a slot back, for the holder
@@ -33,7 +39,8 @@ type gate struct {
 
 // endpointState is what the gate knows of one endpoint.
 type endpointState struct {
-	cap      int // its own cap, learnt from its claims; 0: the default
+	cap      int // its max_in_flight, learnt from its claims; 0: webhookd.DefaultMaxInFlight
+	lim      limiter
 	rate     int // its rate_limit_per_second, learnt from its claims; 0: none
 	inFlight int
 	admitted int           // attempts waiting for a slot
@@ -66,19 +73,23 @@ func (g *gate) useLocked(ep string, now time.Time) *endpointState {
 	}
 	s, ok := g.eps[ep]
 	if !ok {
-		s = &endpointState{}
+		s = &endpointState{lim: newLimiter(g.def)}
 		g.eps[ep] = s
 	}
 	s.used = now
 	return s
 }
 
-func (g *gate) capOf(s *endpointState) int {
+// ceilingOf is s's max_in_flight.
+func ceilingOf(s *endpointState) int {
 	if s.cap > 0 {
 		return s.cap
 	}
-	return g.def
+	return webhookd.DefaultMaxInFlight
 }
+
+// capOf is s's limit now.
+func (g *gate) capOf(s *endpointState) int { return s.lim.current(ceilingOf(s)) }
 
 // admit says whether an attempt for ep may go on to wait for a slot: the
 // endpoint has a free slot, or its slots turn over fast enough for one
@@ -179,13 +190,16 @@ func (g *gate) unadmit(ep string) {
 	g.useLocked(ep, g.now()).admitted--
 }
 
-// release gives a slot of ep back after a request that took took
-// (negative: no request was made, so nothing is learnt of the endpoint's
-// latency), and tells the holder about it.
-func (g *gate) release(ep string, took time.Duration) {
+// release gives a slot of ep back after a request that took took and
+// ended as sig says (took negative: no request was made, so nothing is
+// learnt of the endpoint), and tells the holder about it.
+func (g *gate) release(ep string, took time.Duration, sig signal) {
 	g.mu.Lock()
 	now := g.now()
 	s := g.useLocked(ep, now)
+	if took >= 0 {
+		s.lim.observe(now, sig, took, s.inFlight, ceilingOf(s))
+	}
 	s.inFlight--
 	s.lastFree = now
 	switch {
@@ -241,3 +255,28 @@ func (g *gate) rate(ep string) (int, bool) {
 	}
 	return 0, false
 }
+
+// loads reports the limit and requests in flight of the endpoints in
+// flight or used in the last loadsRecent, for the heartbeat: at most
+// loadsMax of them, so a heartbeat stays small however many endpoints
+// the worker delivers to.
+func (g *gate) loads() map[string]storage.EndpointLoad {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := g.now()
+	out := map[string]storage.EndpointLoad{}
+	for ep, s := range g.eps {
+		if len(out) == loadsMax {
+			break
+		}
+		if s.inFlight > 0 || now.Sub(s.used) < loadsRecent {
+			out[ep] = storage.EndpointLoad{Limit: g.capOf(s), InFlight: s.inFlight}
+		}
+	}
+	return out
+}
+
+const (
+	loadsRecent = time.Minute
+	loadsMax    = 5000
+)

@@ -37,7 +37,7 @@ func TestGateAdmitsWaitersByHowFastSlotsFree(t *testing.T) {
 	}
 	g := newGate(2, 100*time.Millisecond)
 	fill(g, "fast")
-	g.release("fast", time.Millisecond)
+	g.release("fast", time.Millisecond, signalNone)
 	if !g.admit("fast") || !g.acquire(ctx, "fast") {
 		t.Fatal("a freed slot was refused")
 	}
@@ -80,7 +80,7 @@ func TestGateForgetsIdleEndpoints(t *testing.T) {
 		if !g.admit(ep) || !g.acquire(ctx, ep) {
 			t.Fatal("a free slot was refused")
 		}
-		g.release(ep, time.Millisecond)
+		g.release(ep, time.Millisecond, signalOK)
 	}
 	g.learn("hung", &one, nil)
 	if !g.admit("hung") || !g.acquire(ctx, "hung") {
@@ -101,5 +101,60 @@ func TestGateForgetsIdleEndpoints(t *testing.T) {
 	}
 	if _, ok := g.rate("ep_7"); ok || g.free("ep_7") != 2 {
 		t.Fatal("an idle endpoint's cap or rate is still known")
+	}
+}
+
+// TestGateLimitAdaptsToTheEndpoint: slots grow while the endpoint answers
+// 2xx with all of them in use, up to its max_in_flight, and shrink when it
+// answers 503.
+func TestGateLimitAdaptsToTheEndpoint(t *testing.T) {
+	ctx := context.Background()
+	now := time.Now()
+	g := newGate(2, 100*time.Millisecond)
+	g.now = func() time.Time { return now }
+	slots := func(ep string) int { // fill every free slot
+		n := 0
+		for g.free(ep) > 0 {
+			if !g.admit(ep) || !g.acquire(ctx, ep) {
+				t.Fatal("a free slot was refused")
+			}
+			n++
+		}
+		return n
+	}
+	// A round trip with a backlog: each of the requests in flight is
+	// answered, and its slot, with any the answer added, taken again at once.
+	inFlight := map[string]int{}
+	round := func(ep string, sig signal) int {
+		now = now.Add(100 * time.Millisecond)
+		for range inFlight[ep] {
+			g.release(ep, 100*time.Millisecond, sig)
+			inFlight[ep]--
+			inFlight[ep] += slots(ep)
+		}
+		return inFlight[ep]
+	}
+	inFlight["ep"] = slots("ep")
+	if n := inFlight["ep"]; n != 2 {
+		t.Fatalf("%d slots at first, want the initial 2", n)
+	}
+	for range 5 {
+		round("ep", signalOK)
+	}
+	if n := inFlight["ep"]; n != 64 { // slow start doubles each round trip: 2, 4, 8, 16, 32, 64
+		t.Fatalf("after 5 good round trips: %d in flight, want 64", n)
+	}
+	if n := round("ep", signalOverload); n != 51 { // one cut in the round trip: 64 × 0.8
+		t.Fatalf("after a round trip of 503s: %d in flight, want 51", n)
+	}
+
+	five := 5
+	g.learn("capped", &five, nil)
+	inFlight["capped"] = slots("capped")
+	for range 10 {
+		round("capped", signalOK)
+	}
+	if n := inFlight["capped"]; n != 5 {
+		t.Fatalf("an endpoint with max_in_flight 5 got %d slots", n)
 	}
 }

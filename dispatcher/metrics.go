@@ -184,3 +184,44 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), state)
 	}
 }
+
+// limitCollector exposes the distribution of the gate's adaptive limits
+// and requests in flight over the endpoints it keeps, as histograms
+// computed at scrape time: no series per endpoint, however many there are.
+type limitCollector struct {
+	gate             *gate
+	limits, inFlight *prometheus.Desc
+}
+
+// limitBuckets are the upper bounds of the limit and in-flight histograms.
+var limitBuckets = []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000}
+
+func newLimitCollector(g *gate) *limitCollector {
+	return &limitCollector{gate: g,
+		limits: prometheus.NewDesc("webhookd_endpoint_concurrency_limit",
+			"The adaptive concurrency limits of the endpoints this worker delivered to lately, one observation per endpoint.", nil, nil),
+		inFlight: prometheus.NewDesc("webhookd_endpoint_requests_in_flight",
+			"Requests in flight per endpoint in this worker, one observation per endpoint it delivered to lately.", nil, nil)}
+}
+
+func (c *limitCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.limits; ch <- c.inFlight }
+
+func (c *limitCollector) Collect(ch chan<- prometheus.Metric) {
+	loads := c.gate.loads()
+	hist := func(desc *prometheus.Desc, value func(storage.EndpointLoad) int) prometheus.Metric {
+		buckets := make(map[float64]uint64, len(limitBuckets))
+		var sum float64
+		for _, l := range loads {
+			v := float64(value(l))
+			sum += v
+			for _, b := range limitBuckets {
+				if v <= b {
+					buckets[b]++
+				}
+			}
+		}
+		return prometheus.MustNewConstHistogram(desc, uint64(len(loads)), sum, buckets)
+	}
+	ch <- hist(c.limits, func(l storage.EndpointLoad) int { return l.Limit })
+	ch <- hist(c.inFlight, func(l storage.EndpointLoad) int { return l.InFlight })
+}

@@ -76,7 +76,7 @@ func TestOrphanedTaskIsRecovered(t *testing.T) {
 // frees, not sleep out its hold.
 func TestHeldDeliveryWakesAfterRedisLostItsQueueList(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *dispatcher.Config) { c.EndpointMaxInFlight = 1 })
+	e := newEnv(t, func(c *dispatcher.Config) { c.EndpointInitialLimit = 1 })
 	ctx := context.Background()
 	release := make(chan struct{})
 	rc := newReceiver(t, func(n int, w http.ResponseWriter, _ *http.Request) {

@@ -216,3 +216,68 @@ for _, id in ipairs(ids) do
 	end
 end
 return n`)
+
+// RequeueActive puts the tasks ids back in front of the pending list where
+// they are active (a worker dequeued them), and tells which it moved. It
+// is for the tasks of a worker known to be dead (its heartbeat stopped):
+// asynq would take them back only once their lease ran out and its
+// recoverer came by (60 to 120 s). Should the worker be alive after all,
+// PostgreSQL's claim still decides which attempt is made. Same key layout
+// as RecoverOrphans.
+func (q *Queue) RequeueActive(ctx context.Context, ids []string, now time.Time) ([]bool, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	prefix := "asynq:{" + q.queue + "}:"
+	args := make([]any, 0, len(ids)+2)
+	args = append(args, prefix+"t:", now.UnixNano())
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	res, err := requeueActive.Run(ctx, q.rdb, []string{prefix + "lease", prefix + "active", prefix + "pending"}, args...).Int64Slice()
+	if err != nil {
+		return nil, fmt.Errorf("requeue active tasks: %w", err)
+	}
+	moved := make([]bool, len(ids))
+	for i := range moved {
+		moved[i] = i < len(res) && res[i] == 1
+	}
+	return moved, nil
+}
+
+// requeueActive: KEYS lease, active, pending; ARGV task key prefix,
+// pending_since (Unix ns), then the task ids. Returns 1 per id moved, 0
+// per id that was not active.
+var requeueActive = redis.NewScript(`
+local out = {}
+for i = 3, #ARGV do
+	local id = ARGV[i]
+	local key = ARGV[1] .. id
+	out[#out + 1] = 0
+	if redis.call("LREM", KEYS[2], 0, id) > 0 then
+		redis.call("ZREM", KEYS[1], id)
+		if redis.call("EXISTS", key) == 1 then
+			redis.call("HSET", key, "state", "pending", "pending_since", ARGV[2])
+			redis.call("LPUSH", KEYS[3], id)
+			out[#out] = 1
+		end
+	end
+end
+return out`)
+
+// lostMarker is a key the workers keep in Redis: when it is gone, Redis
+// lost its data (a restart without persistence, FLUSHDB, a failover to an
+// empty replica), and with it every task; the reconciler then rebuilds the
+// schedule at once instead of on its next pass.
+func (q *Queue) lostMarker() string { return "webhookd:{" + q.queue + "}:alive" }
+
+// CheckLost tells whether Redis lost its data since the last check (or is
+// new), and sets the marker again. Redis unreachable is an error, not a
+// loss.
+func (q *Queue) CheckLost(ctx context.Context) (bool, error) {
+	set, err := q.rdb.SetNX(ctx, q.lostMarker(), "1", 0).Result()
+	if err != nil {
+		return false, fmt.Errorf("check redis data: %w", err)
+	}
+	return set, nil
+}

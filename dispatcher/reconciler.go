@@ -23,6 +23,12 @@ const DefaultReconcileGrace = 10 * time.Second
 // left alone (asynq answers ErrTaskIDConflict) and one whose task was lost
 // with Redis gets a new one. It is what makes losing Redis lose nothing.
 //
+// Every second it also looks for two faults that must not wait for a pass:
+// workers that stopped beating (their leases are voided and their tasks
+// put back in the queue, so a killed worker's deliveries are attempted
+// again within seconds), and Redis having lost its data (a pass then runs
+// at once, with no grace, so the schedule is rebuilt within seconds).
+//
 // One process at a time runs a pass (a PostgreSQL advisory lock); the
 // others skip theirs. A pass looks only at deliveries overdue by more than
 // Grace and not held by an attempt, and walks them in order of due time
@@ -49,27 +55,101 @@ type Reconciler struct {
 	Reenqueued func(float64)
 
 	cursor storage.DueCursor
+	last   time.Time // when this process last ran a pass
+	lost   bool      // Redis lost its data and no pass here has run since
 	loop
 }
 
-// Start runs a pass at once and then every Interval until Stop or ctx ends.
+// reconcileTick is how often the reconciler looks for dead workers and a
+// Redis that lost its data.
+const reconcileTick = time.Second
+
+// Start runs a pass at once and then every Interval until Stop or ctx
+// ends, and the checks for dead workers and lost Redis data every second.
 func (r *Reconciler) Start(ctx context.Context) {
-	r.start(ctx, r.Interval, func(ctx context.Context) {
-		start := time.Now()
-		ran, n, err := r.RunOnce(ctx)
-		switch {
-		case err != nil:
-			r.Logger.Warn("reconciler pass failed", "err", err)
-		case ran && r.Observe != nil:
+	r.start(ctx, min(r.Interval, reconcileTick), func(ctx context.Context) {
+		r.tick(ctx)
+	})
+}
+
+// tick runs the every-second checks, and a pass when one is due.
+func (r *Reconciler) tick(ctx context.Context) {
+	lost, err := r.Queue.CheckLost(ctx)
+	if err != nil {
+		r.Logger.Debug("reconciler: redis check failed", "err", err)
+	}
+	if lost {
+		msg := "redis lost its data: rebuilding the schedule from PostgreSQL now"
+		if r.last.IsZero() {
+			r.Logger.Info("redis is new or lost its data: offering every due delivery now")
+		} else {
+			r.Logger.Warn(msg)
+		}
+		r.lost = true
+	}
+	voided, err := r.requeueDead(ctx)
+	if err != nil {
+		r.Logger.Warn("reconciler: voiding dead workers' leases failed", "err", err)
+	}
+	if !r.lost && voided == 0 && time.Since(r.last) < r.Interval {
+		return
+	}
+	start := time.Now()
+	ran, n, err := r.runOnce(ctx, r.lost)
+	switch {
+	case err != nil:
+		r.Logger.Warn("reconciler pass failed", "err", err)
+	case ran:
+		r.last, r.lost = start, false
+		if r.Observe != nil {
 			r.Observe(time.Since(start))
 		}
-		if r.Offered != nil {
-			r.Offered(float64(n))
+	}
+	if r.Offered != nil {
+		r.Offered(float64(n))
+	}
+	if n > 0 {
+		r.Logger.Debug("reconciler pass", "due", n)
+	}
+}
+
+// requeueDead voids the leases of workers that stopped beating and puts
+// their deliveries' tasks back in the queue: the ones the dead worker had
+// dequeued go back in front of pending; a delivery without a live task
+// gets one. It tells how many leases it voided.
+func (r *Reconciler) requeueDead(ctx context.Context) (int, error) {
+	voided, err := r.DB.VoidDeadLeases(ctx)
+	if err != nil || len(voided) == 0 {
+		return 0, err
+	}
+	ids := make([]string, 0, len(voided))
+	for _, v := range voided {
+		ids = append(ids, v.DeliveryID)
+		if v.ManualRequest != nil {
+			ids = append(ids, *v.ManualRequest)
 		}
-		if n > 0 {
-			r.Logger.Debug("reconciler pass", "due", n)
+	}
+	moved, err := r.Queue.RequeueActive(ctx, ids, time.Now())
+	if err != nil {
+		return len(voided), err
+	}
+	requeued := map[string]bool{}
+	for i, id := range ids {
+		if moved[i] {
+			requeued[id] = true
 		}
-	})
+	}
+	var lost []webhookd.ScheduledDelivery
+	now := r.Clock.Now()
+	for _, v := range voided {
+		if !requeued[v.DeliveryID] {
+			lost = append(lost, webhookd.ScheduledDelivery{ID: v.DeliveryID, EndpointID: v.EndpointID, DueAt: now})
+		}
+	}
+	r.Logger.Warn("voided the leases of workers that stopped beating; their deliveries are due again",
+		"leases", len(voided), "tasks_requeued", len(requeued))
+	_, err = r.Queue.EnqueueCounting(ctx, lost...) // a live task (scheduled, pending) is left alone
+	return len(voided), err
 }
 
 // RunOnce makes one pass if no other process is making one: it registers
@@ -78,6 +158,12 @@ func (r *Reconciler) Start(ctx context.Context) {
 // then the pending redeliveries and runnable jobs.
 // It tells whether it ran and how many deliveries it offered.
 func (r *Reconciler) RunOnce(ctx context.Context) (ran bool, offered int, err error) {
+	return r.runOnce(ctx, false)
+}
+
+// runOnce is RunOnce; lost (Redis lost its data) offers every due
+// delivery, without the grace.
+func (r *Reconciler) runOnce(ctx context.Context, lost bool) (ran bool, offered int, err error) {
 	ran, err = r.DB.AsLeader(ctx, "reconciler", func(ctx context.Context) error {
 		err := r.Queue.Register(ctx)                                  // after Redis lost its data
 		orphans, orphanErr := r.Queue.RecoverOrphans(ctx, time.Now()) // asynq's leases are on the wall clock
@@ -85,7 +171,7 @@ func (r *Reconciler) RunOnce(ctx context.Context) (ran bool, offered int, err er
 		if orphans > 0 && r.Logger != nil {
 			r.Logger.Warn("recovered tasks that a worker dequeued and never ran", "tasks", orphans)
 		}
-		n, offerErr := r.offerDue(ctx)
+		n, offerErr := r.offerDue(ctx, lost)
 		offered = n
 		return errors.Join(err, offerErr, r.enqueueRedeliveries(ctx), r.enqueueJobs(ctx))
 	})
@@ -95,13 +181,16 @@ func (r *Reconciler) RunOnce(ctx context.Context) (ran bool, offered int, err er
 // offerDue offers the next window of due deliveries to the queue, but for
 // those the holder holds back: their tasks sleep until their endpoint has
 // room, and the holder wakes them then.
-func (r *Reconciler) offerDue(ctx context.Context) (int, error) {
+func (r *Reconciler) offerDue(ctx context.Context, lost bool) (int, error) {
 	limit := r.MaxPerPass
 	if limit <= 0 {
 		limit = DefaultReconcileMaxPerPass
 	}
 	grace := r.Grace
-	if grace == 0 {
+	switch {
+	case lost:
+		grace, r.cursor = -1, storage.DueCursor{}
+	case grace == 0:
 		grace = DefaultReconcileGrace
 	}
 	now := r.Clock.Now()

@@ -30,12 +30,13 @@ type Config struct {
 	// PostgreSQL connection is held through an attempt's request, so this
 	// is independent of the pool size.
 	Concurrency int
-	// EndpointMaxInFlight is how many attempts one endpoint may have in
-	// flight in this worker at once, unless the endpoint sets its own
-	// max_in_flight; default 10. Attempts of every kind count (automatic,
-	// test, manual, replay). Those past it wait, held back, without a
-	// worker slot and without spending an attempt.
-	EndpointMaxInFlight int
+	// EndpointInitialLimit is the concurrency limit an endpoint starts
+	// from in this worker; default 10. The limit then adapts to the
+	// endpoint (see limiter), between 1 and its max_in_flight. Attempts of
+	// every kind count (automatic, test, manual, replay). Those past it
+	// wait, held back, without a worker slot and without spending an
+	// attempt.
+	EndpointInitialLimit int
 	// ReconcileInterval is how often due deliveries without a live task
 	// are re-enqueued; default 5s. ReconcileGrace is how long overdue a
 	// delivery must be before the reconciler offers it; default 10s,
@@ -74,8 +75,8 @@ func (c Config) WithDefaults() Config {
 	if c.Concurrency == 0 {
 		c.Concurrency = 500
 	}
-	if c.EndpointMaxInFlight == 0 {
-		c.EndpointMaxInFlight = 10
+	if c.EndpointInitialLimit == 0 {
+		c.EndpointInitialLimit = 10
 	}
 	if c.ReconcileInterval == 0 {
 		c.ReconcileInterval = 5 * time.Second
@@ -113,8 +114,8 @@ func (c Config) Validate() error {
 		return errors.New("worker config: Redis is required")
 	case c.Concurrency < 1:
 		return errors.New("worker config: Concurrency must be at least 1")
-	case c.EndpointMaxInFlight < 1:
-		return errors.New("worker config: EndpointMaxInFlight must be at least 1")
+	case c.EndpointInitialLimit < 1:
+		return errors.New("worker config: EndpointInitialLimit must be at least 1")
 	case len(c.Schedule) == 0:
 		return errors.New("worker config: Schedule is empty")
 	case c.Retention < 0:
@@ -150,6 +151,7 @@ type Worker struct {
 	reconciler *Reconciler
 	retention  *Retention
 	holder     *holder
+	heart      loop // the heartbeat
 	// warm runs attempts on goroutines that outlive a task: asynq starts
 	// one per task, and an attempt's call path grew each one's stack anew.
 	warm *warm.Pool
@@ -172,11 +174,14 @@ func NewWorker(cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	q := NewQueue(cfg.Redis, cfg.Queue, cfg.TaskTimeout())
-	g := newGate(cfg.EndpointMaxInFlight, 100*time.Millisecond)
+	g := newGate(cfg.EndpointInitialLimit, 100*time.Millisecond)
+	if err := cfg.Metrics.Register(newLimitCollector(g)); err != nil {
+		return nil, err
+	}
 	d := &Deliverer{db: cfg.DB, client: NewHTTPClient(cfg.HTTP), schedule: cfg.Schedule, clock: cfg.Clock,
 		log: cfg.Logger, limiter: redis_rate.NewLimiter(cfg.Redis), prefix: cfg.RateLimitPrefix, metrics: m,
 		bodyTimeout: cfg.HTTP.ResponseTimeout, attemptTimeout: cfg.AttemptTimeout(), lease: cfg.Lease(),
-		gate: g, holder: newHolder(cfg.Redis, q, g, cfg.Clock, cfg.Logger, m.held)}
+		gate: g, holder: newHolder(cfg.Redis, q, g, cfg.Clock, cfg.Logger, m.held), worker: storage.NewWorkerID()}
 	w := &Worker{cfg: cfg, Deliverer: d, Queue: q, holder: d.holder, warm: warm.New(time.Minute),
 		reconciler: &Reconciler{DB: cfg.DB, Queue: q, Interval: cfg.ReconcileInterval, Grace: cfg.ReconcileGrace,
 			Clock: cfg.Clock, Logger: cfg.Logger, Observe: m.observeReconcile, Offered: m.offered.Add, Reenqueued: m.reenqueued.Add},
@@ -222,11 +227,27 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err := w.server.Start(mux); err != nil {
 		return fmt.Errorf("start worker: %w", err)
 	}
+	w.heart.start(ctx, heartbeatInterval, w.beat)
 	w.reconciler.Start(ctx)
 	w.retention.Start(ctx)
 	w.holder.Start(ctx)
 	return nil
 }
+
+// heartbeatInterval is how often a worker tells PostgreSQL it is alive;
+// storage.WorkerStale after its last beat, its leases are void.
+const heartbeatInterval = time.Second
+
+// beat records that this worker is alive, with its endpoints' limits and
+// requests in flight for the dashboard.
+func (w *Worker) beat(ctx context.Context) {
+	if err := w.cfg.DB.Beat(ctx, w.Deliverer.worker, w.Deliverer.gate.loads()); err != nil && ctx.Err() == nil {
+		w.cfg.Logger.Warn("heartbeat failed", "err", err)
+	}
+}
+
+// ID is the worker process's id, which its heartbeat and leases carry.
+func (w *Worker) ID() string { return w.Deliverer.worker }
 
 // Stop takes no new work, lets the attempts in flight finish (bounded by
 // their timeouts) and records them, then stops the background loops.
@@ -241,6 +262,15 @@ func (w *Worker) Stop() {
 	w.Deliverer.claims.Stop()
 	w.Deliverer.records.Stop()
 	w.Deliverer.claims, w.Deliverer.records = nil, nil
+	// Every attempt is recorded and its lease given up: the heartbeat can
+	// end. (Killed instead, the worker stops beating and its leases are
+	// voided once it is stale.)
+	w.heart.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := w.cfg.DB.Retire(ctx, w.Deliverer.worker); err != nil {
+		w.cfg.Logger.Warn("retiring the worker's heartbeat failed", "err", err)
+	}
 }
 
 // handleDelivery makes the attempt a delivery task asks for, on a warm

@@ -14,9 +14,13 @@
 #    the dashboard's URL and admin token (WEBHOOKD_ADMIN_TOKEN, or one made up
 #    for this run), and a curl example whose endpoint is the inspector's bin on
 #    the dashboard listener, so the first delivery can be seen, signature
-#    checked, without writing a receiver.
+#    checked, without writing a receiver (and the same with bin/webhookd send).
 # 4. Run `webhookd all` (API + worker + dashboard) with private networks allowed,
-#    so receivers on 127.0.0.1 work.
+#    so receivers on 127.0.0.1 work. It listens on loopback only (127.0.0.1:8080
+#    and 127.0.0.1:8081): with private networks allowed, an API open to the
+#    network would let anyone holding the printed key make this machine post to
+#    its local network, and the dashboard's login would face the whole network.
+#    WEBHOOKD_API_ADDR and WEBHOOKD_DASHBOARD_ADDR (e.g. :8080) open it wider.
 # Throwaway servers it started (and only those) are stopped when it exits.
 set -euo pipefail
 
@@ -27,8 +31,8 @@ fi
 
 : "${WEBHOOKD_DATABASE_URL:=postgres://postgres@127.0.0.1:5432/webhookd?sslmode=disable}"
 : "${WEBHOOKD_REDIS_URL:=redis://127.0.0.1:6379/0}"
-: "${WEBHOOKD_API_ADDR:=:8080}"
-: "${WEBHOOKD_DASHBOARD_ADDR:=:8081}"
+: "${WEBHOOKD_API_ADDR:=127.0.0.1:8080}"
+: "${WEBHOOKD_DASHBOARD_ADDR:=127.0.0.1:8081}"
 : "${WEBHOOKD_ALLOW_PRIVATE_NETWORKS:=true}"
 export WEBHOOKD_DATABASE_URL WEBHOOKD_REDIS_URL WEBHOOKD_API_ADDR \
 	WEBHOOKD_DASHBOARD_ADDR WEBHOOKD_ALLOW_PRIVATE_NETWORKS
@@ -61,6 +65,20 @@ local_url() { # local_url ADDR: a URL a browser or curl on this machine can use
 }
 api_url=$(local_url "$WEBHOOKD_API_ADDR")
 dash_url=$(local_url "$WEBHOOKD_DASHBOARD_ADDR")
+is_loopback() { # is_loopback ADDR: whether a listen address is on loopback only
+	case ${1%:*} in
+	127.* | localhost | "[::1]") return 0 ;;
+	*) return 1 ;;
+	esac
+}
+if is_loopback "$WEBHOOKD_API_ADDR" && is_loopback "$WEBHOOKD_DASHBOARD_ADDR"; then
+	listening="loopback only: other machines cannot reach it (to listen on every
+               interface: WEBHOOKD_API_ADDR=:8080 WEBHOOKD_DASHBOARD_ADDR=:8081 make run)"
+else
+	listening="NOT loopback only (WEBHOOKD_API_ADDR=$WEBHOOKD_API_ADDR, WEBHOOKD_DASHBOARD_ADDR=$WEBHOOKD_DASHBOARD_ADDR):
+               other machines can reach the API and the dashboard's login, and
+               with private networks allowed, the API can post to your network"
+fi
 if [[ -z ${WEBHOOKD_ADMIN_TOKEN:-} ]]; then
 	WEBHOOKD_ADMIN_TOKEN=wha_$(head -c 24 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')
 fi
@@ -90,6 +108,7 @@ cat <<EOF
 ==============================================================================
  webhookd (make run)
    API:        $api_url
+   Listening:  $listening
    Dashboard:  $dash_url/
    Admin token: $WEBHOOKD_ADMIN_TOKEN
                (log in to the dashboard with it)
@@ -119,6 +138,12 @@ cat <<EOF
      -d '{"type":"order.created","data":{"order_id":"ord_1","amount":4200}}'
 
    curl -sS $api_url/v1/deliveries -H "Authorization: Bearer \$API_KEY"
+
+ Or send an event with webhookd itself (the Go client: a new Idempotency-Key
+ per run, the same on each of its retries; prints the event id):
+
+   WEBHOOKD_API_URL=$api_url WEBHOOKD_API_KEY=\$API_KEY \\
+     bin/webhookd send --type order.created --data '{"order_id":"ord_2","amount":990}'
 
  The dashboard ($dash_url/) lists the delivery; on its page, Redeliver makes
  one more attempt and Send to inspector sends a signed copy to the inspector.

@@ -7,6 +7,7 @@
 #   1. creates an endpoint pointing at a local receiver       -> 201
 #   2. posts an event with an Idempotency-Key                 -> 202
 #   3. posts it again                                         -> 202 + Idempotent-Replayed: true
+#      and runs the banner's bin/webhookd send line            -> an event id
 #   4. waits for the receiver to get the signed delivery (needs python3 for the receiver)
 # Then it stops the whole process group and drops its database. On any failure
 # it prints the log of `make run` and exits non-zero.
@@ -240,6 +241,9 @@ while :; do
 	sleep 0.5
 done
 pass "make run printed an API key and the API answers on $api"
+grep -q '^ *Listening: *loopback only' "$run_log" ||
+	fail "make run on $api_addr and $dashboard_addr does not say it listens on loopback only"
+pass "make run says it listens on loopback only"
 
 # ------------------------------------------------------------------ checks --
 
@@ -266,6 +270,14 @@ if [[ -n $event_id ]] && ! grep -q "$event_id" "$work/body"; then
 	fail "repeated POST /v1/events answered another event, want $event_id"
 fi
 pass "repeated POST /v1/events -> 202, Idempotent-Replayed: true"
+
+# The banner's bin/webhookd send line, as a user would paste it.
+send_line=$(grep -m1 -o 'bin/webhookd send .*' "$run_log" || true)
+[[ -n $send_line ]] || fail "make run printed no bin/webhookd send line"
+send_out=$(WEBHOOKD_API_URL=$api WEBHOOKD_API_KEY=$api_key bash -c "$send_line" 2>&1) ||
+	fail "the banner's $send_line failed: $send_out"
+[[ $send_out =~ ^evt_[0-9A-Z]+$ ]] || fail "the banner's $send_line printed '$send_out', want an event id"
+pass "the banner's bin/webhookd send line -> $send_out"
 
 if [[ -n $receiver_port ]]; then
 	deadline=$((SECONDS + 60))

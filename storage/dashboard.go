@@ -302,8 +302,14 @@ type EndpointRow struct {
 	LastError          *string
 	LastUpdatedAt      *time.Time
 	// The endpoint's deliveries made since the time given to
-	// DashboardEndpoints, by where they stand now.
-	Succeeded, DeadLettered, Waiting int
+	// DashboardEndpoints, by where they stand now; Due are those of
+	// Waiting whose attempt is due and not in flight: they wait for room.
+	Succeeded, DeadLettered, Waiting, Due int
+	// MaxInFlight is the ceiling of its adaptive limit; Load its limit and
+	// requests in flight summed over the live workers (zero while none
+	// delivers to it lately).
+	MaxInFlight int
+	Load        EndpointLoad
 }
 
 // DashboardEndpoints returns a page of the live endpoints of every project,
@@ -313,7 +319,7 @@ type EndpointRow struct {
 // read those endpoints' deliveries of the period, never the attempts).
 func (s *Store) DashboardEndpoints(ctx context.Context, since time.Time, page Page) ([]EndpointRow, bool, error) {
 	rows, err := s.q.Query(ctx, `SELECT p.id, p.project_id, pr.name, p.url, p.description, p.status, p.disabled_reason,
-			p.created_at, l.id, l.status, l.last_status_code, l.last_error, l.updated_at
+			p.created_at, p.max_in_flight, l.id, l.status, l.last_status_code, l.last_error, l.updated_at
 		FROM endpoints p JOIN projects pr ON pr.id = p.project_id
 			-- The latest id alone, so that deliveries_endpoint_idx answers it
 			-- from the index: asked for more columns, the planner may walk
@@ -330,7 +336,7 @@ func (s *Store) DashboardEndpoints(ctx context.Context, since time.Time, page Pa
 	list, err := collect(rows, func(r pgx.Row) (EndpointRow, error) {
 		var e EndpointRow
 		err := r.Scan(&e.ID, &e.ProjectID, &e.ProjectName, &e.URL, &e.Description, &e.Status, &e.DisabledReason,
-			&e.CreatedAt, &e.LastDeliveryID, &e.LastDeliveryStatus, &e.LastStatusCode, &e.LastError, &e.LastUpdatedAt)
+			&e.CreatedAt, &e.MaxInFlight, &e.LastDeliveryID, &e.LastDeliveryStatus, &e.LastStatusCode, &e.LastError, &e.LastUpdatedAt)
 		return e, err
 	})
 	if err != nil {
@@ -340,7 +346,18 @@ func (s *Store) DashboardEndpoints(ctx context.Context, since time.Time, page Pa
 	if more {
 		list = list[:page.Limit]
 	}
-	return list, more, s.endpointHealth(ctx, list, since)
+	if err := s.endpointHealth(ctx, list, since); err != nil {
+		return nil, false, err
+	}
+	ids := make([]string, len(list))
+	for i := range list {
+		ids[i] = list[i].ID
+	}
+	loads, err := s.EndpointLoads(ctx, ids)
+	for i := range list {
+		list[i].Load = loads[list[i].ID]
+	}
+	return list, more, err
 }
 
 // endpointHealth fills in the counts of each endpoint's deliveries made
@@ -358,7 +375,8 @@ func (s *Store) endpointHealth(ctx context.Context, list []EndpointRow, since ti
 		ids[i], at[list[i].ID] = list[i].ID, &list[i]
 	}
 	rows, err := s.q.Query(ctx, `SELECT endpoint_id, count(*) FILTER (WHERE status = 'succeeded'),
-			count(*) FILTER (WHERE status = 'dead_letter'), count(*) FILTER (WHERE status IN ('pending', 'retrying'))
+			count(*) FILTER (WHERE status = 'dead_letter'), count(*) FILTER (WHERE status IN ('pending', 'retrying')),
+			count(*) FILTER (WHERE next_attempt_at <= now() AND (lease_until IS NULL OR lease_until <= now()))
 		FROM deliveries WHERE endpoint_id = ANY($1) AND id >= $2 GROUP BY endpoint_id`,
 		ids, prefixDelivery+idFloor(since))
 	if err != nil {
@@ -367,12 +385,12 @@ func (s *Store) endpointHealth(ctx context.Context, list []EndpointRow, since ti
 	defer rows.Close()
 	for rows.Next() {
 		var id string
-		var ok, dead, waiting int
-		if err := rows.Scan(&id, &ok, &dead, &waiting); err != nil {
+		var ok, dead, waiting, due int
+		if err := rows.Scan(&id, &ok, &dead, &waiting, &due); err != nil {
 			return fmt.Errorf("endpoint health: %w", err)
 		}
 		e := at[id]
-		e.Succeeded, e.DeadLettered, e.Waiting = ok, dead, waiting
+		e.Succeeded, e.DeadLettered, e.Waiting, e.Due = ok, dead, waiting, due
 	}
 	return rows.Err()
 }

@@ -48,9 +48,10 @@ func (s *Store) CreateEndpoint(ctx context.Context, projectID string, n NewEndpo
 	row := s.q.QueryRow(ctx, `
 		INSERT INTO endpoints (id, project_id, url, description, event_types, rate_limit_per_second, secret, created_at, updated_at,
 			max_in_flight)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, $9)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, COALESCE($9::int, $10::int))
 		RETURNING `+endpointColumns,
-		newID(prefixEndpoint), projectID, n.URL, n.Description, n.EventTypes, n.RateLimitPerSecond, s.box.sealString(n.Secret), now, n.MaxInFlight)
+		newID(prefixEndpoint), projectID, n.URL, n.Description, n.EventTypes, n.RateLimitPerSecond, s.box.sealString(n.Secret), now, n.MaxInFlight,
+		webhookd.DefaultMaxInFlight)
 	e, err := s.scanEndpoint(row)
 	return e, translate(err, "endpoint")
 }
@@ -95,7 +96,7 @@ type EndpointPatch struct {
 	Description        *string
 	EventTypes         *[]string
 	RateLimitPerSecond **int // non-nil pointer to nil: clear the limit
-	MaxInFlight        **int // non-nil pointer to nil: the worker's default
+	MaxInFlight        **int // non-nil pointer to nil: webhookd.DefaultMaxInFlight
 	Status             *string
 	IfVersion          *int // when set, the change applies only at this version
 }
@@ -131,6 +132,10 @@ func (s *Store) UpdateEndpoint(ctx context.Context, projectID, id string, p Endp
 		}
 		if p.MaxInFlight != nil {
 			cur.MaxInFlight = *p.MaxInFlight
+			if cur.MaxInFlight == nil { // null: the default again
+				def := webhookd.DefaultMaxInFlight
+				cur.MaxInFlight = &def
+			}
 		}
 		if p.Status != nil && *p.Status != cur.Status {
 			cur.Status = *p.Status

@@ -19,3 +19,7 @@ func newID(prefix string) string { return prefix + ulid.Make().String() }
 
 // NewRequestID returns a fresh request id (req_ + ULID).
 func NewRequestID() string { return newID(prefixRequest) }
+
+// NewWorkerID returns a fresh worker process id (wrk_ + ULID), which its
+// heartbeat and its leases carry.
+func NewWorkerID() string { return newID("wrk_") }

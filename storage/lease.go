@@ -37,6 +37,10 @@ type Claim struct {
 	Token      string // the lease owner: the attempt's request id
 	Mode       ClaimMode
 	RequestID  string // ClaimManual: the redelivery request served
+	// Worker is the worker process making the attempt (its heartbeat's
+	// id): once it stops beating, VoidDeadLeases frees the lease. "": the
+	// lease only runs out.
+	Worker string
 }
 
 // Lease is what a Claim found: the delivery with its event and endpoint as
@@ -51,7 +55,7 @@ type Lease struct {
 	Event           webhookd.Event
 	Endpoint        webhookd.Endpoint
 	EndpointDeleted bool
-	MaxInFlight     *int    // the endpoint's own in-flight cap, if set
+	MaxInFlight     *int    // the endpoint's max_in_flight
 	Trigger         string  // what automatic attempts are logged as: auto or test
 	ManualRequest   *string // the redelivery asked for and not yet made, if any
 	ManualBy        *string // who asked for it
@@ -79,9 +83,9 @@ type Lease struct {
 // is due again, as after any lease that runs out. Records, which must not
 // be lost, commit durably.
 func (db *DB) ClaimDeliveries(ctx context.Context, now, until time.Time, cs []Claim) ([]Lease, error) {
-	ids, tokens, modes, reqs := make([]string, len(cs)), make([]string, len(cs)), make([]int32, len(cs)), make([]string, len(cs))
+	ids, tokens, modes, reqs, workers := make([]string, len(cs)), make([]string, len(cs)), make([]int32, len(cs)), make([]string, len(cs)), make([]string, len(cs))
 	for i, c := range cs {
-		ids[i], tokens[i], modes[i], reqs[i] = c.DeliveryID, c.Token, int32(c.Mode), c.RequestID
+		ids[i], tokens[i], modes[i], reqs[i], workers[i] = c.DeliveryID, c.Token, int32(c.Mode), c.RequestID, c.Worker
 	}
 	// The claim joins its rows to deliveries, events and endpoints by key:
 	// planSettings keeps its generic plan to index lookups.
@@ -89,10 +93,10 @@ func (db *DB) ClaimDeliveries(ctx context.Context, now, until time.Time, cs []Cl
 	b := &pgx.Batch{}
 	b.Queue(planSettings)
 	b.Queue(`WITH c AS (
-			SELECT * FROM unnest($1::text[], $2::text[], $3::int4[], $4::text[]) WITH ORDINALITY AS c(id, token, mode, request_id, ord)
+			SELECT * FROM unnest($1::text[], $2::text[], $3::int4[], $4::text[], $7::text[]) WITH ORDINALITY AS c(id, token, mode, request_id, worker, ord)
 			WHERE set_config('synchronous_commit', 'off', true) = 'off'
 		), held AS (
-			UPDATE deliveries d SET lease_owner = c.token, lease_until = $6
+			UPDATE deliveries d SET lease_owner = c.token, lease_until = $6, lease_worker = NULLIF(c.worker, '')
 			FROM c WHERE d.id = c.id AND (d.lease_until IS NULL OR d.lease_until <= $5 OR d.lease_owner = c.token) AND CASE c.mode
 				WHEN 0 THEN d.status IN ('pending', 'retrying') AND d.next_attempt_at <= $5
 				WHEN 1 THEN d.manual_request_id = c.request_id
@@ -107,7 +111,7 @@ func (db *DB) ClaimDeliveries(ctx context.Context, now, until time.Time, cs []Cl
 			p.max_in_flight, d.trigger, d.manual_request_id, d.manual_requested_by
 		FROM c JOIN deliveries d ON d.id = c.id JOIN events e ON e.id = d.event_id JOIN endpoints p ON p.id = d.endpoint_id
 			LEFT JOIN held ON held.token = c.token`,
-		ids, tokens, modes, reqs, now, until).Query(func(rows pgx.Rows) error {
+		ids, tokens, modes, reqs, now, until, workers).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var (
 				ord     int

@@ -2,11 +2,10 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"strconv"
+	"slices"
 	"strings"
 	"time"
 
@@ -29,7 +28,7 @@ type Config struct {
 	MaxPayloadBytes      int64         // WEBHOOKD_MAX_PAYLOAD_BYTES; 65536
 	MaxBatchBytes        int64         // WEBHOOKD_MAX_BATCH_BYTES; 1048576
 	WorkerConcurrency    int           // WEBHOOKD_WORKER_CONCURRENCY; 500
-	EndpointMaxInFlight  int           // WEBHOOKD_ENDPOINT_MAX_IN_FLIGHT; 10
+	EndpointInitialLimit int           // WEBHOOKD_ENDPOINT_INITIAL_LIMIT; 10
 	DatabaseMaxConns     int           // WEBHOOKD_DATABASE_MAX_CONNS; 20
 	ReconcileInterval    time.Duration // WEBHOOKD_RECONCILE_INTERVAL; 5s
 	LogLevel             string        // WEBHOOKD_LOG_LEVEL; info
@@ -63,23 +62,23 @@ func (c Config) trustedProxies() ([]netip.Prefix, error) {
 // DefaultConfig returns the documented defaults.
 func DefaultConfig() Config {
 	return Config{
-		DatabaseURL:         "postgres://postgres@127.0.0.1:5432/webhookd?sslmode=disable",
-		RedisURL:            "redis://127.0.0.1:6379/0",
-		APIAddr:             ":8080",
-		DashboardAddr:       ":8081",
-		RetrySchedule:       "1m,15m,1h,24h",
-		ConnectTimeout:      10 * time.Second,
-		ResponseTimeout:     30 * time.Second,
-		Retention:           336 * time.Hour,
-		MaxPayloadBytes:     65536,
-		MaxBatchBytes:       1 << 20,
-		WorkerConcurrency:   500,
-		EndpointMaxInFlight: 10,
-		DatabaseMaxConns:    20,
-		ReconcileInterval:   5 * time.Second,
-		LogLevel:            "info",
-		RequestTimeout:      30 * time.Second,
-		DrainTimeout:        30 * time.Second,
+		DatabaseURL:          "postgres://postgres@127.0.0.1:5432/webhookd?sslmode=disable",
+		RedisURL:             "redis://127.0.0.1:6379/0",
+		APIAddr:              ":8080",
+		DashboardAddr:        ":8081",
+		RetrySchedule:        "1m,15m,1h,24h",
+		ConnectTimeout:       10 * time.Second,
+		ResponseTimeout:      30 * time.Second,
+		Retention:            336 * time.Hour,
+		MaxPayloadBytes:      65536,
+		MaxBatchBytes:        1 << 20,
+		WorkerConcurrency:    500,
+		EndpointInitialLimit: 10,
+		DatabaseMaxConns:     20,
+		ReconcileInterval:    5 * time.Second,
+		LogLevel:             "info",
+		RequestTimeout:       30 * time.Second,
+		DrainTimeout:         30 * time.Second,
 	}
 }
 
@@ -108,8 +107,8 @@ func (c Config) Validate() error {
 		return errors.New("WEBHOOKD_MAX_BATCH_BYTES must be at least WEBHOOKD_MAX_PAYLOAD_BYTES")
 	case c.WorkerConcurrency < 1:
 		return errors.New("WEBHOOKD_WORKER_CONCURRENCY must be at least 1")
-	case c.EndpointMaxInFlight < 1:
-		return errors.New("WEBHOOKD_ENDPOINT_MAX_IN_FLIGHT must be at least 1")
+	case c.EndpointInitialLimit < 1:
+		return errors.New("WEBHOOKD_ENDPOINT_INITIAL_LIMIT must be at least 1")
 	case c.DatabaseMaxConns < 4:
 		return errors.New("WEBHOOKD_DATABASE_MAX_CONNS must be at least 4")
 	case c.RequestTimeout <= 0:
@@ -134,74 +133,60 @@ func redisURLError(u string) error {
 	return err
 }
 
-// bind registers a flag for every setting on fs, each defaulting to its
-// environment variable (or the built-in default). Bad environment values
-// are reported by the returned func after parsing.
-func (c *Config) bind(fs *flag.FlagSet, getenv func(string) string) func() error {
-	var errs []error
-	str := func(p *string, flagName, env, usage string) {
-		if v := getenv(env); v != "" {
-			*p = v
+// setting is one Config field as a flag and an environment variable.
+type setting struct {
+	flag, env string
+	secrecy   secrecy
+	usage     string // the value's placeholder in backquotes
+	field     func(c *Config) any
+}
+
+// settings lists every setting; a command takes those of them it uses.
+var settings = []setting{
+	{"database-url", "WEBHOOKD_DATABASE_URL", secretURL, "PostgreSQL `URL`", func(c *Config) any { return &c.DatabaseURL }},
+	{"database-max-conns", "WEBHOOKD_DATABASE_MAX_CONNS", plain, "PostgreSQL connections per process (`N`)", func(c *Config) any { return &c.DatabaseMaxConns }},
+	{"redis-url", "WEBHOOKD_REDIS_URL", secretURL, "Redis `URL`: redis://, rediss://, redis-sentinel:// or redis-cluster://", func(c *Config) any { return &c.RedisURL }},
+	{"api-addr", "WEBHOOKD_API_ADDR", plain, "public API listen address (`HOST:PORT`)", func(c *Config) any { return &c.APIAddr }},
+	{"dashboard-addr", "WEBHOOKD_DASHBOARD_ADDR", plain, "listen address (`HOST:PORT`) of /healthz, /readyz, /metrics and the dashboard", func(c *Config) any { return &c.DashboardAddr }},
+	{"admin-token", "WEBHOOKD_ADMIN_TOKEN", secret, "dashboard admin `TOKEN`, at least 16 characters (unset: a random one, printed once in the log)", func(c *Config) any { return &c.AdminToken }},
+	{"encryption-key", "WEBHOOKD_ENCRYPTION_KEY", secret, "`ID:BASE64KEY[,ID:BASE64KEY]`: encrypt endpoint secrets at rest with the first (unset: stored in clear)", func(c *Config) any { return &c.EncryptionKey }},
+	{"allow-private-networks", "WEBHOOKD_ALLOW_PRIVATE_NETWORKS", plain, "let endpoints use loopback and private addresses", func(c *Config) any { return &c.AllowPrivateNetworks }},
+	{"retry-schedule", "WEBHOOKD_RETRY_SCHEDULE", plain, "delays between attempts (`LIST`)", func(c *Config) any { return &c.RetrySchedule }},
+	{"connect-timeout", "WEBHOOKD_CONNECT_TIMEOUT", plain, "delivery connect timeout (`DURATION`)", func(c *Config) any { return &c.ConnectTimeout }},
+	{"response-timeout", "WEBHOOKD_RESPONSE_TIMEOUT", plain, "delivery response timeout (`DURATION`)", func(c *Config) any { return &c.ResponseTimeout }},
+	{"retention", "WEBHOOKD_RETENTION", plain, "how long deliveries, attempts and dead letters are kept (`DURATION`)", func(c *Config) any { return &c.Retention }},
+	{"worker-concurrency", "WEBHOOKD_WORKER_CONCURRENCY", plain, "parallel deliveries per worker (`N`)", func(c *Config) any { return &c.WorkerConcurrency }},
+	{"endpoint-initial-limit", "WEBHOOKD_ENDPOINT_INITIAL_LIMIT", plain, "the concurrency limit an endpoint starts from per worker; it adapts up to the endpoint's max_in_flight (`N`)", func(c *Config) any { return &c.EndpointInitialLimit }},
+	{"reconcile-interval", "WEBHOOKD_RECONCILE_INTERVAL", plain, "how often due deliveries without a task are enqueued again (`DURATION`)", func(c *Config) any { return &c.ReconcileInterval }},
+	{"max-payload-bytes", "WEBHOOKD_MAX_PAYLOAD_BYTES", plain, "largest request body (`BYTES`)", func(c *Config) any { return &c.MaxPayloadBytes }},
+	{"max-batch-bytes", "WEBHOOKD_MAX_BATCH_BYTES", plain, "largest batch request body (`BYTES`)", func(c *Config) any { return &c.MaxBatchBytes }},
+	{"trusted-proxies", "WEBHOOKD_TRUSTED_PROXIES", plain, "proxies (addresses or CIDRs, comma-separated: `LIST`) whose X-Forwarded-For is believed", func(c *Config) any { return &c.TrustedProxies }},
+	{"request-timeout", "WEBHOOKD_REQUEST_TIMEOUT", plain, "longest an API request may take before it answers 503 timeout (`DURATION`)", func(c *Config) any { return &c.RequestTimeout }},
+	{"drain-timeout", "WEBHOOKD_DRAIN_TIMEOUT", plain, "on SIGTERM, how long the listeners wait for requests in flight before closing their connections (`DURATION`)", func(c *Config) any { return &c.DrainTimeout }},
+	{"log-level", "WEBHOOKD_LOG_LEVEL", plain, "`LEVEL`: debug, info, warn or error", func(c *Config) any { return &c.LogLevel }},
+	{"log-format", "WEBHOOKD_LOG_FORMAT", plain, "`FORMAT`: json or text (default: JSON lines, text on a terminal)", func(c *Config) any { return &c.LogFormat }},
+}
+
+// bind defines on f a flag for each setting named (by flag name), each
+// defaulting to its environment variable, or else to c's value.
+func (c *Config) bind(f *flagSet, names []string) {
+	for _, name := range names {
+		i := slices.IndexFunc(settings, func(s setting) bool { return s.flag == name })
+		if i < 0 {
+			panic("no setting " + name)
 		}
-		fs.StringVar(p, flagName, *p, usage+" ("+env+")")
-	}
-	dur := func(p *time.Duration, flagName, env, usage string) {
-		if v := getenv(env); v != "" {
-			d, err := time.ParseDuration(v)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", env, err))
-			}
-			*p = d
+		s := settings[i]
+		switch p := s.field(c).(type) {
+		case *string:
+			f.String(p, s.flag, s.env, s.secrecy, s.usage)
+		case *int:
+			f.Int(p, s.flag, s.env, s.usage)
+		case *int64:
+			f.Int64(p, s.flag, s.env, s.usage)
+		case *bool:
+			f.Bool(p, s.flag, s.env, s.usage)
+		case *time.Duration:
+			f.Duration(p, s.flag, s.env, s.usage)
 		}
-		fs.DurationVar(p, flagName, *p, usage+" ("+env+")")
-	}
-	i64 := func(p *int64, flagName, env, usage string) {
-		if v := getenv(env); v != "" {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", env, err))
-			}
-			*p = n
-		}
-		fs.Int64Var(p, flagName, *p, usage+" ("+env+")")
-	}
-	str(&c.DatabaseURL, "database-url", "WEBHOOKD_DATABASE_URL", "PostgreSQL URL")
-	str(&c.RedisURL, "redis-url", "WEBHOOKD_REDIS_URL", "Redis URL")
-	str(&c.APIAddr, "api-addr", "WEBHOOKD_API_ADDR", "public API listen address")
-	str(&c.DashboardAddr, "dashboard-addr", "WEBHOOKD_DASHBOARD_ADDR", "dashboard listen address")
-	str(&c.AdminToken, "admin-token", "WEBHOOKD_ADMIN_TOKEN", "dashboard admin token")
-	str(&c.RetrySchedule, "retry-schedule", "WEBHOOKD_RETRY_SCHEDULE", "delays between attempts")
-	str(&c.LogLevel, "log-level", "WEBHOOKD_LOG_LEVEL", "debug, info, warn or error")
-	str(&c.TrustedProxies, "trusted-proxies", "WEBHOOKD_TRUSTED_PROXIES",
-		"proxies (addresses or CIDRs, comma-separated) whose X-Forwarded-For is believed")
-	str(&c.EncryptionKey, "encryption-key", "WEBHOOKD_ENCRYPTION_KEY", "ID:BASE64KEY[,ID:BASE64KEY]: encrypt endpoint secrets at rest with the first")
-	str(&c.LogFormat, "log-format", "WEBHOOKD_LOG_FORMAT", "json or text (default: JSON lines, text on a terminal)")
-	if v := getenv("WEBHOOKD_ALLOW_PRIVATE_NETWORKS"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("WEBHOOKD_ALLOW_PRIVATE_NETWORKS: %w", err))
-		}
-		c.AllowPrivateNetworks = b
-	}
-	fs.BoolVar(&c.AllowPrivateNetworks, "allow-private-networks", c.AllowPrivateNetworks,
-		"let endpoints use loopback and private addresses (WEBHOOKD_ALLOW_PRIVATE_NETWORKS)")
-	dur(&c.ConnectTimeout, "connect-timeout", "WEBHOOKD_CONNECT_TIMEOUT", "delivery connect timeout")
-	dur(&c.ResponseTimeout, "response-timeout", "WEBHOOKD_RESPONSE_TIMEOUT", "delivery response timeout")
-	dur(&c.Retention, "retention", "WEBHOOKD_RETENTION", "how long deliveries, attempts and dead letters are kept")
-	i64(&c.MaxPayloadBytes, "max-payload-bytes", "WEBHOOKD_MAX_PAYLOAD_BYTES", "largest request body")
-	i64(&c.MaxBatchBytes, "max-batch-bytes", "WEBHOOKD_MAX_BATCH_BYTES", "largest batch request body")
-	dur(&c.RequestTimeout, "request-timeout", "WEBHOOKD_REQUEST_TIMEOUT", "longest an API request may take before it answers 503 timeout")
-	dur(&c.DrainTimeout, "drain-timeout", "WEBHOOKD_DRAIN_TIMEOUT", "on SIGTERM, how long the listeners wait for requests in flight before closing their connections")
-	dur(&c.ReconcileInterval, "reconcile-interval", "WEBHOOKD_RECONCILE_INTERVAL", "how often due deliveries without a task are re-enqueued")
-	conc, perEndpoint, conns := int64(c.WorkerConcurrency), int64(c.EndpointMaxInFlight), int64(c.DatabaseMaxConns)
-	i64(&conc, "worker-concurrency", "WEBHOOKD_WORKER_CONCURRENCY", "parallel deliveries per worker")
-	i64(&perEndpoint, "endpoint-max-in-flight", "WEBHOOKD_ENDPOINT_MAX_IN_FLIGHT", "parallel deliveries per endpoint per worker")
-	i64(&conns, "database-max-conns", "WEBHOOKD_DATABASE_MAX_CONNS", "PostgreSQL connections per process")
-	return func() error {
-		c.WorkerConcurrency, c.EndpointMaxInFlight, c.DatabaseMaxConns = int(conc), int(perEndpoint), int(conns)
-		if len(errs) > 0 {
-			return errors.Join(errs...)
-		}
-		return c.Validate()
 	}
 }

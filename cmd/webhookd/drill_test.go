@@ -55,12 +55,12 @@ func drillDB(t *testing.T) (*storage.DB, webhookd.Project, string) {
 }
 
 // TestWorkerKilledMidAttemptLosesNothing kills a worker process with
-// SIGKILL while a receiver holds its request open, then starts another:
-// the event is delivered (twice: at least once, never zero). The killed
-// attempt's delivery lease runs out after every HTTP phase plus 30 s (49 s
-// with this drill's timeouts) and asynq gives the task back once its own
-// lease is stale (about a minute), so this drill takes a little over a
-// minute.
+// SIGKILL while a receiver holds its request open, with a second worker
+// running beside it: the event is delivered again (twice: at least once,
+// never zero) within seconds (SPEC §1), at the default timeouts, whose
+// lease (115 s) the delivery no longer waits out: the dead worker stops
+// beating, its lease is void 5 s later, and its task goes back to the
+// queue.
 func TestWorkerKilledMidAttemptLosesNothing(t *testing.T) {
 	t.Parallel()
 	db, p, dbURL := drillDB(t)
@@ -93,13 +93,17 @@ func TestWorkerKilledMidAttemptLosesNothing(t *testing.T) {
 	}
 	deliveryID := evs[0].Deliveries[0].ID
 
-	first, exited := startWorker(t, dbURL, redisURL, "WEBHOOKD_RETRY_SCHEDULE=1s", // its reconciler enqueues the due delivery
-		"WEBHOOKD_CONNECT_TIMEOUT=2s", "WEBHOOKD_RESPONSE_TIMEOUT=5s")
+	first, exited := startWorker(t, dbURL, redisURL, "WEBHOOKD_RETRY_SCHEDULE=1s") // its reconciler enqueues the due delivery
 	select {
 	case <-inFlight:
 	case <-time.After(30 * time.Second):
 		t.Fatal("the first worker never sent the delivery")
 	}
+	second := startProcess(t, "worker", dbURL, redisURL, "WEBHOOKD_RETRY_SCHEDULE=1s", "WEBHOOKD_LOG_LEVEL=debug")
+	waitFor(t, 30*time.Second, "the second worker's heartbeat", func() bool {
+		var n int
+		return db.Pool().QueryRow(ctx, `SELECT count(*) FROM workers`).Scan(&n) == nil && n == 2
+	})
 	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -110,20 +114,26 @@ func TestWorkerKilledMidAttemptLosesNothing(t *testing.T) {
 	if err != nil || d.Status != webhookd.DeliveryPending || d.AttemptsCount != 0 {
 		t.Fatalf("after the kill: %+v (%v); the unfinished attempt must leave no trace", d, err)
 	}
-	// The Redis task is still leased to the dead worker; a new worker's
-	// recoverer takes it back once the lease is stale.
-	startWorker(t, dbURL, redisURL, "WEBHOOKD_RETRY_SCHEDULE=1s")
-	deadline := killedAt.Add(150 * time.Second)
+	// The Redis task is still leased to the dead worker, and the delivery
+	// too; the live worker voids the lease and requeues the task once the
+	// dead one's heartbeat is stale.
+	deadline := killedAt.Add(15 * time.Second) // SPEC: about 10 s; some room for a loaded CI machine
 	for {
 		d, err = db.Store().GetDelivery(ctx, p.ID, deliveryID)
 		if err == nil && d.Status == webhookd.DeliverySucceeded {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("delivery %s not delivered within 150s of the kill: %+v (%v)", deliveryID, d, err)
+			var w, lw string
+			var lu *time.Time
+			db.Pool().QueryRow(ctx, `SELECT string_agg(id || ' ' || beat_at::text, ', ') FROM workers`).Scan(&w)
+			db.Pool().QueryRow(ctx, `SELECT coalesce(lease_worker, '-'), lease_until FROM deliveries`).Scan(&lw, &lu)
+			t.Logf("workers %s; lease_worker %s until %v; now %v\n%s", w, lw, lu, time.Now(), second.logs.String())
+			t.Fatalf("delivery %s not delivered within 15s of the kill: %+v (%v)", deliveryID, d, err)
 		}
-		time.Sleep(250 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond)
 	}
+	t.Logf("delivered again %v after the kill", time.Since(killedAt).Round(100*time.Millisecond))
 	mu.Lock()
 	defer mu.Unlock()
 	if len(ids) < 2 || ids[0] != ids[1] || ids[0] != evs[0].ID {
@@ -195,7 +205,11 @@ func TestRedisLostEntirelyLosesNothing(t *testing.T) {
 		post("/v1/events", `{"type":"during","data":`+strconv.Itoa(i)+`}`)
 	}
 	startRedis(t, port) // an empty Redis comes back
-	deadline := time.Now().Add(60 * time.Second)
+	back := time.Now()
+	// SPEC §1: losing Redis's data is repaired within about 5 s (the
+	// reconciler sees its marker gone within a second and offers every
+	// due delivery at once); some room for a loaded CI machine.
+	deadline := back.Add(15 * time.Second)
 	for {
 		mu.Lock()
 		n := len(seen)
@@ -205,10 +219,11 @@ func TestRedisLostEntirelyLosesNothing(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			reportUndelivered(t, m, port, logs.String())
-			t.Fatalf("%d of 11 events delivered within 60s of Redis coming back", n)
+			t.Fatalf("%d of 11 events delivered within 15s of Redis coming back", n)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	t.Logf("every event delivered %v after Redis came back", time.Since(back).Round(100*time.Millisecond))
 }
 
 // reportUndelivered logs what a failed Redis drill left: the deliveries not

@@ -3,70 +3,67 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
-	"github.com/webhookd/webhookd/api"
-	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/api"
+	"github.com/webhookd/webhookd/storage"
 )
 
-// refusedError is a command refused for a reason its message gives (no
-// such key, say): main prints it and exits 1, where a usage or start-up
-// error exits 2.
-type refusedError struct{ err error }
-
-func (e refusedError) Error() string { return e.err.Error() }
-func (e refusedError) Unwrap() error { return e.err }
-
-const keysUsage = `usage: webhookd keys create --project NAME [--rate-limit N] [--idempotency-ttl D]
-       webhookd keys list --project NAME
-       webhookd keys revoke KEY_PREFIX|KEY_ID|KEY`
-
-// runKeys runs `keys list` and `keys revoke` (args start with the
-// subcommand).
-func runKeys(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	sub := args[0]
-	fs := flag.NewFlagSet("webhookd keys "+sub, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	cfg := DefaultConfig()
-	check := cfg.bind(fs, getenv)
-	project := new(string)
-	if sub == "list" {
-		project = fs.String("project", "", "the project whose keys to list")
-	}
-	var positional []string
-	for rest := args[1:]; ; { // flags may come before or after KEY_PREFIX
-		if err := fs.Parse(rest); err != nil {
+// keysCreate is `keys create --project NAME`: the new key alone on stdout.
+func keysCreate(f *flagSet) action {
+	var (
+		project string
+		rate    int
+		idemTTL time.Duration
+	)
+	f.String(&project, "project", "", plain, "the project's `NAME` (required); made if it is new")
+	f.Int(&rate, "rate-limit", "", "API requests per minute for the project (`N`; default 6000)")
+	f.Duration(&idemTTL, "idempotency-ttl", "", "how long Idempotency-Key records are kept, up to 72h (`D`; default 24h)")
+	return func(ctx context.Context, inv *invocation) error {
+		if project == "" {
+			return usageError{cmd: "keys create", err: errors.New("--project is required")}
+		}
+		plan := storage.ProjectPlan{RateLimitPerMinute: rate, IdempotencyTTL: idemTTL}
+		if err := plan.Validate(); err != nil {
+			return flagUsage("keys create", err)
+		}
+		m := newMain(inv)
+		defer m.Close()
+		if err := m.OpenDB(ctx); err != nil {
 			return err
 		}
-		if fs.NArg() == 0 {
-			break
+		key, _, err := m.DB.Store().CreateAPIKey(ctx, project, plan)
+		if err != nil {
+			return flagUsage("keys create", err)
 		}
-		positional, rest = append(positional, fs.Arg(0)), fs.Args()[1:]
+		fmt.Fprintln(inv.stdout, key)
+		return nil
 	}
-	if err := check(); err != nil {
-		return err
-	}
-	switch {
-	case sub == "list" && (*project == "" || len(positional) > 0):
-		return errors.New("keys list: --project NAME is required, and nothing else\n" + keysUsage)
-	case sub == "revoke" && len(positional) != 1:
-		return errors.New("keys revoke: give one KEY_PREFIX (as `webhookd keys list` shows it), key id or key\n" + keysUsage)
-	}
-	m := NewMain(cfg, stderr)
-	defer m.Close()
-	if err := m.OpenDB(ctx); err != nil {
-		return err
-	}
-	if sub == "list" {
-		keys, err := m.DB.Store().ListAPIKeys(ctx, *project)
+}
+
+// keysList is `keys list --project NAME`: the project's keys, one a line
+// under a header.
+func keysList(f *flagSet) action {
+	var project string
+	f.String(&project, "project", "", plain, "the project whose keys to list (`NAME`; required)")
+	return func(ctx context.Context, inv *invocation) error {
+		if project == "" {
+			return usageError{cmd: "keys list", err: errors.New("--project NAME is required")}
+		}
+		m := newMain(inv)
+		defer m.Close()
+		if err := m.OpenDB(ctx); err != nil {
+			return err
+		}
+		keys, err := m.DB.Store().ListAPIKeys(ctx, project)
 		if err != nil {
 			return refused("keys list", err)
 		}
-		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		tw := tabwriter.NewWriter(inv.stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "ID\tPREFIX\tCREATED\tREVOKED")
 		for _, k := range keys {
 			revoked := "-"
@@ -77,27 +74,50 @@ func runKeys(ctx context.Context, args []string, getenv func(string) string, std
 		}
 		return tw.Flush()
 	}
-	k, already, err := m.DB.Store().RevokeAPIKey(ctx, positional[0], time.Now())
-	if err != nil {
-		return refused("keys revoke", err)
-	}
-	if already {
-		fmt.Fprintf(stdout, "%s (%s, project %s) was already revoked at %s\n", k.ID, k.Prefix, k.Project,
-			k.RevokedAt.UTC().Format(time.RFC3339))
+}
+
+// keysRevoke is `keys revoke KEY_PREFIX`: the key gets 401 at once on
+// every API process.
+func keysRevoke(*flagSet) action {
+	return func(ctx context.Context, inv *invocation) error {
+		m := newMain(inv)
+		defer m.Close()
+		if err := m.OpenDB(ctx); err != nil {
+			return err
+		}
+		k, already, err := m.DB.Store().RevokeAPIKey(ctx, inv.args[0], time.Now())
+		if err != nil {
+			return refused("keys revoke", err)
+		}
+		if already {
+			fmt.Fprintf(inv.stdout, "%s (%s, project %s) was already revoked at %s\n", k.ID, k.Prefix, k.Project,
+				k.RevokedAt.UTC().Format(time.RFC3339))
+			return nil
+		}
+		fmt.Fprintf(inv.stdout, "revoked %s (%s, project %s)\n", k.ID, k.Prefix, k.Project)
+		// Every API process drops its cached keys on this announcement, so the
+		// key gets 401 at once; without Redis it does within a second anyway.
+		if err := m.OpenRedis(); err == nil {
+			actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			if err := api.PublishKeyRevoked(actx, m.Redis, k.Prefix); err != nil {
+				fmt.Fprintf(inv.stderr, "webhookd: could not announce the revocation through Redis (%v); "+
+					"API processes stop accepting the key within a second\n", err)
+			}
+		}
 		return nil
 	}
-	fmt.Fprintf(stdout, "revoked %s (%s, project %s)\n", k.ID, k.Prefix, k.Project)
-	// Every API process drops its cached keys on this announcement, so the
-	// key gets 401 at once; without Redis it does within a second anyway.
-	if err := m.OpenRedis(); err == nil {
-		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		defer cancel()
-		if err := api.PublishKeyRevoked(actx, m.Redis, k.Prefix); err != nil {
-			fmt.Fprintf(stderr, "webhookd: could not announce the revocation through Redis (%v); "+
-				"API processes stop accepting the key within a second\n", err)
-		}
+}
+
+// flagUsage makes a validation error a usage error naming the flag
+// (--rate-limit for rate_limit); other errors stay as they are.
+func flagUsage(cmd string, err error) error {
+	var ae *webhookd.Error
+	if errors.As(err, &ae) && ae.Code == webhookd.CodeValidationFailed && ae.Field != "" {
+		return usageError{cmd: cmd, err: fmt.Errorf("--%s: %s", strings.ReplaceAll(ae.Field, "_", "-"),
+			strings.TrimPrefix(ae.Message, ae.Field+": "))}
 	}
-	return nil
+	return fmt.Errorf("%s: %w", cmd, err)
 }
 
 // refused makes an application error (not_found, validation_failed) a

@@ -140,8 +140,8 @@ func TestKeysListAndRevoke(t *testing.T) {
 		{[]string{"keys", "revoke", "key_NOSUCHKEY"}, 1, "no API key matches"},
 		{[]string{"keys", "revoke", "hello"}, 1, "give the key's id"},
 		{[]string{"keys", "list", "--project", "nosuch"}, 1, `no project is named "nosuch"`},
-		{[]string{"keys", "revoke"}, 2, "give one KEY_PREFIX"},
-		{[]string{"keys", "revoke", "a", "b"}, 2, "give one KEY_PREFIX"},
+		{[]string{"keys", "revoke"}, 2, "want KEY_PREFIX"},
+		{[]string{"keys", "revoke", "a", "b"}, 2, `unexpected argument "b"`},
 		{[]string{"keys", "list"}, 2, "--project NAME is required"},
 		{[]string{"keys", "frobnicate"}, 2, "usage: webhookd keys"},
 	} {

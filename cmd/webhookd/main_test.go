@@ -53,8 +53,8 @@ func TestMigrateAndKeysCreate(t *testing.T) {
 			t.Errorf("%v: err %v, stdout %q; want an error and no output", args, err, out.String())
 		}
 	}
-	vars["WEBHOOKD_CONNECT_TIMEOUT"] = "soon"
-	if err := run(ctx, []string{"migrate"}, env(vars), io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "WEBHOOKD_CONNECT_TIMEOUT") {
+	vars["WEBHOOKD_LOG_LEVEL"] = "loud"
+	if err := run(ctx, []string{"migrate"}, env(vars), io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "WEBHOOKD_LOG_LEVEL") {
 		t.Fatalf("a bad variable was not named: %v", err)
 	}
 }

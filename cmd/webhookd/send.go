@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -13,12 +12,9 @@ import (
 	"github.com/webhookd/webhookd/client"
 )
 
-// errSendFailed says webhookd send failed and has already said why on
-// stderr; main exits 1 for it.
+// errSendFailed says webhookd send tried and failed, and has already said
+// why on stderr; main exits 1 for it.
 var errSendFailed = errors.New("send failed")
-
-const sendUsage = `usage: webhookd send --type T --data JSON|@file.json [--external-id X] [--endpoint ID]... [--idempotency-key K]
-                     [--api-url URL] [--api-key KEY]`
 
 // stringList is a flag that may be given more than once.
 type stringList []string
@@ -26,72 +22,71 @@ type stringList []string
 func (l *stringList) String() string     { return strings.Join(*l, ",") }
 func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 
-// runSend posts one event through the Go client (SPEC §7): the event id
-// alone on stdout; a refused request prints the API's error code and
-// message on stderr and returns errSendFailed.
-func runSend(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("webhookd send", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	apiURL := getenv("WEBHOOKD_API_URL")
-	if apiURL == "" {
-		apiURL = "http://127.0.0.1:8080"
-	}
+// sendSetup is `webhookd send` (SPEC §7): it posts one event through the
+// Go client and prints the event id alone on stdout; a refused request
+// prints the API's error code and message on stderr and returns
+// errSendFailed (exit 1). A bad command line (no --type, --data that is
+// not JSON) is a usage error (exit 2).
+func sendSetup(f *flagSet) action {
 	var (
-		url        = fs.String("api-url", apiURL, "the API's base URL (WEBHOOKD_API_URL)")
-		key        = fs.String("api-key", getenv("WEBHOOKD_API_KEY"), "API key (WEBHOOKD_API_KEY)")
-		typ        = fs.String("type", "", "event type (required)")
-		data       = fs.String("data", "", "event data: JSON, or @file.json, or @- for standard input (required)")
-		externalID = fs.String("external-id", "", "external id, unique per project")
-		idemKey    = fs.String("idempotency-key", "", "Idempotency-Key (default: a new UUID, reused on every retry)")
+		url        = "http://127.0.0.1:8080"
+		key        string
+		typ        string
+		data       string
+		externalID string
+		idemKey    string
 		endpoints  stringList
 	)
-	fs.Var(&endpoints, "endpoint", "send to this endpoint id only (repeat for several)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	fail := func(format string, a ...any) error {
-		fmt.Fprintf(stderr, "webhookd send: "+format+"\n", a...)
-		return errSendFailed
-	}
-	switch {
-	case fs.NArg() > 0:
-		return fail("unexpected argument %q\n%s", fs.Arg(0), sendUsage)
-	case *typ == "":
-		return fail("--type is required\n%s", sendUsage)
-	case *data == "":
-		return fail("--data is required\n%s", sendUsage)
-	case *key == "":
-		return fail("no API key: set WEBHOOKD_API_KEY or --api-key")
-	}
-	raw, err := readData(*data)
-	if err != nil {
-		return fail("--data: %v", err)
-	}
-	c, err := client.New(*url, *key, client.WithUserAgent("webhookd-send"))
-	if err != nil {
-		return fail("%v", err)
-	}
-	var opts []client.CallOption
-	if *idemKey != "" {
-		opts = append(opts, client.WithIdempotencyKey(*idemKey))
-	}
-	ev, err := c.SendEvent(ctx, client.NewEvent{Type: *typ, Data: raw, ExternalID: *externalID, EndpointIDs: endpoints}, opts...)
-	var apiErr *client.Error
-	switch {
-	case errors.As(err, &apiErr):
-		msg := apiErr.Code + ": " + apiErr.Message
-		if apiErr.ExistingID != "" {
-			msg += " (existing event " + apiErr.ExistingID + ")"
+	f.String(&typ, "type", "", plain, "event `TYPE` (required)")
+	f.String(&data, "data", "", plain, "event data: `JSON`, or @file.json, or @- for standard input (required)")
+	f.String(&externalID, "external-id", "", plain, "external `ID`, unique per project")
+	f.Var(&endpoints, "endpoint", "send to this endpoint `ID` only (repeat for several)")
+	f.String(&idemKey, "idempotency-key", "", plain, "Idempotency-Key `K` (default: a new UUID, reused on every retry)")
+	f.String(&url, "api-url", "WEBHOOKD_API_URL", secretURL, "the API's base `URL`")
+	f.String(&key, "api-key", "WEBHOOKD_API_KEY", secret, "API `KEY`")
+	return func(ctx context.Context, inv *invocation) error {
+		usage := func(format string, a ...any) error { return usageError{cmd: "send", err: fmt.Errorf(format, a...)} }
+		switch {
+		case typ == "":
+			return usage("--type is required")
+		case data == "":
+			return usage("--data is required")
 		}
-		if apiErr.RequestID != "" {
-			msg += " [" + apiErr.RequestID + "]"
+		raw, err := readData(data)
+		if err != nil {
+			return usage("--data: %v", err)
 		}
-		return fail("%s", msg)
-	case err != nil:
-		return fail("%v", err)
+		if key == "" {
+			return errors.New("send: no API key: set WEBHOOKD_API_KEY or --api-key")
+		}
+		c, err := client.New(url, key, client.WithUserAgent("webhookd-send"))
+		if err != nil {
+			return fmt.Errorf("send: %w", err)
+		}
+		var opts []client.CallOption
+		if idemKey != "" {
+			opts = append(opts, client.WithIdempotencyKey(idemKey))
+		}
+		ev, err := c.SendEvent(ctx, client.NewEvent{Type: typ, Data: raw, ExternalID: externalID, EndpointIDs: endpoints}, opts...)
+		var apiErr *client.Error
+		switch {
+		case errors.As(err, &apiErr):
+			msg := apiErr.Code + ": " + apiErr.Message
+			if apiErr.ExistingID != "" {
+				msg += " (existing event " + apiErr.ExistingID + ")"
+			}
+			if apiErr.RequestID != "" {
+				msg += " [" + apiErr.RequestID + "]"
+			}
+			fmt.Fprintf(inv.stderr, "webhookd send: %s\n", msg)
+			return errSendFailed
+		case err != nil:
+			fmt.Fprintf(inv.stderr, "webhookd send: %v\n", err)
+			return errSendFailed
+		}
+		fmt.Fprintln(inv.stdout, ev.ID)
+		return nil
 	}
-	fmt.Fprintln(stdout, ev.ID)
-	return nil
 }
 
 // readData reads --data: inline JSON, @path, or @- for standard input.

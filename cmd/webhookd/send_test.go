@@ -65,11 +65,23 @@ func TestSendPrintsTheEventIDOrTheRefusal(t *testing.T) {
 		{[]string{"--type", "bad type!", "--data", "1"}, "validation_failed: type: must be"},
 		{[]string{"--type", "order.paid", "--data", "1", "--external-id", "order-7"}, "external_id_taken: "},
 		{[]string{"--type", "a", "--data", "1", "--api-key", "whk_wrong"}, "unauthorized: "},
-		{[]string{"--type", "a", "--data", "{not json"}, "--data: not valid JSON"},
 	} {
 		out, errOut, code := sendProcess(t, env, c.args...)
 		if code != 1 || out != "" || !strings.Contains(errOut, c.want) {
 			t.Errorf("send %q: exit %d, stdout %q, stderr %q; want exit 1 and %q", c.args, code, out, errOut, c.want)
+		}
+	}
+	// A bad command line is a usage error: exit 2, nothing sent.
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--type", "a", "--data", "{not json"}, "--data: not valid JSON"},
+		{[]string{"--data", "1"}, "--type is required"},
+	} {
+		out, errOut, code := sendProcess(t, env, c.args...)
+		if code != 2 || out != "" || !strings.Contains(errOut, c.want) {
+			t.Errorf("send %q: exit %d, stdout %q, stderr %q; want exit 2 and %q", c.args, code, out, errOut, c.want)
 		}
 	}
 	var count int

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
@@ -66,13 +67,19 @@ func NewMain(cfg Config, logOut io.Writer) *Main {
 	return &Main{Config: cfg, Registry: reg, Logger: newLogger(cfg.LogFormat, cfg.LogLevel, logOut)}
 }
 
-// OpenDB connects to PostgreSQL.
+// OpenDB connects to PostgreSQL. An error reaching it names
+// WEBHOOKD_DATABASE_URL.
 func (m *Main) OpenDB(ctx context.Context) error {
 	if m.DB != nil {
 		return nil
 	}
 	db, err := storage.Open(ctx, storage.Config{URL: m.Config.DatabaseURL, SearchPath: m.SearchPath,
 		MaxConns: int32(m.Config.DatabaseMaxConns), EncryptionKeys: m.Config.EncryptionKey}) // attempts hold no connection through their request
+	var ce *pgconn.ConnectError
+	var pe *pgconn.ParseConfigError
+	if errors.As(err, &ce) || errors.As(err, &pe) { // pgx leaves the password out of both
+		return fmt.Errorf("WEBHOOKD_DATABASE_URL: %w", err)
+	}
 	if err != nil {
 		return err
 	}
@@ -123,7 +130,7 @@ func (m *Main) Start(ctx context.Context, roles Roles) error {
 	// those of concurrent callers share one round trip.
 	batched := redisbatch.Wrap(m.Redis)
 	wcfg := dispatcher.Config{DB: m.DB, Redis: batched, Schedule: schedule, Concurrency: m.Config.WorkerConcurrency,
-		EndpointMaxInFlight: m.Config.EndpointMaxInFlight, ReconcileInterval: m.Config.ReconcileInterval,
+		EndpointInitialLimit: m.Config.EndpointInitialLimit, ReconcileInterval: m.Config.ReconcileInterval,
 		HTTP: dispatcher.HTTPConfig{ConnectTimeout: m.Config.ConnectTimeout, ResponseTimeout: m.Config.ResponseTimeout,
 			AllowPrivateNetworks: m.Config.AllowPrivateNetworks},
 		Retention: m.Config.Retention, Logger: m.Logger, Metrics: m.Registry}

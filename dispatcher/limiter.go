@@ -1,0 +1,170 @@
+package dispatcher
+
+import (
+	"math"
+	"net/http"
+	"time"
+)
+
+// limiter is one endpoint's adaptive concurrency limit in one worker
+// process: how many requests it may have in flight. It is an AIMD limiter
+// with a slow start and a latency signal, in the manner of Netflix's
+// concurrency-limits and of TCP's congestion window:
+//
+//   - It starts at the worker's initial limit and, while the endpoint
+//     answers 2xx at a steady latency and the limit is in use (at least
+//     half of it in flight), grows by one per success: it doubles every
+//     round trip until the first sign of trouble (slow start), then grows
+//     by about one per round trip (ssthresh, as TCP's).
+//   - It shrinks when the endpoint is overloaded: a 429, 503 or other 5xx,
+//     a timeout or a refused connection cuts it by overloadCut; a smoothed
+//     latency that climbs past tolerance times the endpoint's baseline
+//     (its lowest latency) cuts it by latencyCut. A cut
+//     happens at most once per round trip, so that the requests of one
+//     window failing together count as one sign, not as many. A timeout or
+//     a refused connection cuts at once, whatever the last cut: those take
+//     long to come back and are the surest signs.
+//   - Other answers (3xx, 4xx but 429, an attempt not sent) say nothing of
+//     capacity and leave it as it is.
+//
+// It stays between 1 and the ceiling (the endpoint's max_in_flight). It is
+// a pure function of the outcomes and times it is told; it is not safe for
+// concurrent use (the gate holds its lock).
+type limiter struct {
+	initial  float64
+	limit    float64
+	ssthresh float64 // slow start while limit < ssthresh
+	baseline time.Duration
+	srtt     time.Duration // smoothed latency of 2xx answers
+	winMin   time.Duration // lowest latency of the window being gathered
+	winN     int
+	lastCut  time.Time
+	peak     float64 // the limit before the run of cuts that lastCut ended
+}
+
+// Limiter tuning.
+const (
+	limiterTolerance = 2.0                    // latency past tolerance × baseline (+ slack) is climbing
+	limiterSlack     = 50 * time.Millisecond  // jitter no receiver is blamed for
+	overloadCut      = 0.8                    // multiplicative decrease on overload
+	latencyCut       = 0.9                    // and on a latency that climbs
+	baselineWindow   = 100                    // 2xx answers per baseline window
+	minCutGap        = 100 * time.Millisecond // the shortest round trip a cut waits for
+)
+
+// signal is what one attempt's outcome says of its endpoint's capacity.
+type signal int
+
+const (
+	signalNone     signal = iota // nothing: not sent, 3xx, 4xx but 429
+	signalOK                     // 2xx
+	signalOverload               // 429, 5xx: the receiver is there and refuses
+	signalTimeout                // timed out, refused connection, other network error
+)
+
+// signalOf reads a response.
+func signalOf(r Response) signal {
+	switch c := r.StatusCode; {
+	case r.Err != nil:
+		return signalTimeout
+	case c >= 200 && c < 300:
+		return signalOK
+	case c == http.StatusTooManyRequests || c >= 500:
+		return signalOverload
+	}
+	return signalNone
+}
+
+func newLimiter(initial int) limiter {
+	return limiter{initial: float64(max(initial, 1)), limit: float64(max(initial, 1)), ssthresh: math.Inf(1)}
+}
+
+// current is the limit as a whole number of requests, within [1, ceiling].
+func (l *limiter) current(ceiling int) int {
+	return max(1, min(int(l.limit), ceiling))
+}
+
+// observe tells the limiter how one request ended at now: sig after rtt,
+// with inFlight requests (this one included) in flight as it was sent.
+func (l *limiter) observe(now time.Time, sig signal, rtt time.Duration, inFlight, ceiling int) {
+	switch sig {
+	case signalOK:
+		l.sample(rtt)
+		switch {
+		case l.climbing(l.srtt):
+			l.cut(now, latencyCut, false)
+		case float64(inFlight)*2 >= l.limit: // in use: a limit nobody uses proves nothing
+			if l.limit < l.ssthresh {
+				l.limit++
+			} else {
+				l.limit += 1 / l.limit
+			}
+		}
+	case signalOverload:
+		l.cut(now, overloadCut, false)
+	case signalTimeout:
+		l.cut(now, overloadCut, true)
+	}
+	l.limit = max(1, min(l.limit, float64(ceiling)))
+}
+
+// sample adds a 2xx answer's latency to the smoothed latency and the
+// baseline: the lowest latency seen, or a window's lowest when even that
+// was past tolerance at a low limit, so the baseline follows a receiver
+// that became slower for good.
+func (l *limiter) sample(rtt time.Duration) {
+	if l.srtt == 0 {
+		l.srtt = rtt
+	} else {
+		l.srtt += (rtt - l.srtt) / 8
+	}
+	if l.winN == 0 || rtt < l.winMin {
+		l.winMin = rtt
+	}
+	l.winN++
+	if l.baseline == 0 || rtt < l.baseline {
+		l.baseline = rtt
+	}
+	if l.winN >= baselineWindow {
+		// Even the best answer of a whole window was past tolerance with
+		// no more in flight than the limit started from: the receiver
+		// became slower for good (our own load would have been cut back
+		// until the latency fell), so that is its baseline now.
+		if l.climbing(l.winMin) && l.limit <= l.initial {
+			l.baseline = l.winMin
+		}
+		l.winN = 0
+	}
+}
+
+// climbing reports whether latency d is past tolerance of the baseline.
+func (l *limiter) climbing(d time.Duration) bool {
+	return d > time.Duration(limiterTolerance*float64(l.baseline))+limiterSlack
+}
+
+// cut multiplies the limit by factor, at most once per round trip unless
+// always, and ends slow start.
+func (l *limiter) cut(now time.Time, factor float64, always bool) {
+	fresh := now.Sub(l.lastCut) >= max(l.srtt, minCutGap) // not within the round trip of the last cut
+	if !always && !fresh {
+		return
+	}
+	if fresh {
+		l.peak = l.limit
+	}
+	l.limit = max(1, l.limit*factor)
+	l.ssthresh = l.limit
+	if always {
+		// A run of timeouts (a blip of the network, a receiver that hung
+		// for a while) can take the limit to the floor; as TCP after a
+		// timeout, slow start then climbs back to half the limit it had
+		// before the run.
+		l.ssthresh = max(l.limit, l.peak/2)
+	}
+	l.lastCut = now
+	if l.srtt > 0 {
+		// The latency that climbed was the old limit's: start again from
+		// the baseline, or every answer until srtt falls would cut again.
+		l.srtt = l.baseline
+	}
+}

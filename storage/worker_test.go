@@ -1,0 +1,72 @@
+package storage_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/internal/testenv"
+	"github.com/webhookd/webhookd/storage"
+)
+
+// TestDeadWorkersLeasesAreVoided: the leases of a worker that stopped
+// beating for storage.WorkerStale are void at once (another claim takes
+// the delivery), while a live worker's stay held; the dead worker's record
+// still needs its own token, so once another attempt holds the delivery
+// it is refused.
+func TestDeadWorkersLeasesAreVoided(t *testing.T) {
+	t.Parallel()
+	db := testenv.DB(t)
+	ctx := context.Background()
+	_, mk := oneEndpoint(t, db)
+	now := time.Now().UTC()
+	dead, live := storage.NewWorkerID(), storage.NewWorkerID()
+	for _, w := range []string{dead, live} {
+		if err := db.Beat(ctx, w, map[string]storage.EndpointLoad{"ep_x": {Limit: 7, InFlight: 2}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadClaim := storage.Claim{DeliveryID: mk(now), Token: storage.NewRequestID(), Worker: dead}
+	liveClaim := storage.Claim{DeliveryID: mk(now), Token: storage.NewRequestID(), Worker: live}
+	ls, err := db.ClaimDeliveries(ctx, now, now.Add(2*time.Minute), []storage.Claim{deadClaim, liveClaim})
+	if err != nil || !ls[0].Held || !ls[1].Held {
+		t.Fatalf("claims: %+v, %v", ls, err)
+	}
+	loads, err := db.Store().EndpointLoads(ctx, []string{"ep_x"})
+	if err != nil || loads["ep_x"] != (storage.EndpointLoad{Limit: 14, InFlight: 4}) {
+		t.Fatalf("loads summed over the live workers: %+v, %v", loads, err)
+	}
+
+	if v, err := db.VoidDeadLeases(ctx); err != nil || len(v) != 0 {
+		t.Fatalf("with every worker beating: voided %+v, %v", v, err)
+	}
+	if _, err := db.Pool().Exec(ctx, `UPDATE workers SET beat_at = now() - interval '6 seconds' WHERE id = $1`, dead); err != nil {
+		t.Fatal(err)
+	}
+	v, err := db.VoidDeadLeases(ctx)
+	if err != nil || len(v) != 1 || v[0].DeliveryID != deadClaim.DeliveryID {
+		t.Fatalf("voided %+v, %v; want the dead worker's one lease", v, err)
+	}
+	if v, err := db.VoidDeadLeases(ctx); err != nil || len(v) != 0 {
+		t.Fatalf("voided again: %+v, %v; a dead worker is voided once", v, err)
+	}
+	var workers int
+	db.Pool().QueryRow(ctx, `SELECT count(*) FROM workers`).Scan(&workers)
+	if workers != 1 {
+		t.Fatalf("%d workers left, want the live one", workers)
+	}
+
+	next := storage.Claim{DeliveryID: deadClaim.DeliveryID, Token: storage.NewRequestID(), Worker: live}
+	again, err := db.ClaimDeliveries(ctx, now, now.Add(2*time.Minute),
+		[]storage.Claim{next, {DeliveryID: liveClaim.DeliveryID, Token: storage.NewRequestID(), Worker: live}})
+	if err != nil || !again[0].Held || again[1].Held {
+		t.Fatalf("claims after the void: %+v, %v; want the dead worker's delivery taken and the live one's refused", again, err)
+	}
+	stale := ls[0]
+	applied, err := db.RecordAttempts(ctx, []storage.Record{{Lease: &stale, Transition: storage.Transition{
+		Status: webhookd.DeliverySucceeded, Now: now}}})
+	if err != nil || applied[0] {
+		t.Fatalf("the dead worker's record: applied %v, %v; want refused", applied, err)
+	}
+}
