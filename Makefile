@@ -38,7 +38,7 @@ TEMPL_TOOL := github.com/a-h/templ/cmd/templ
 
 .DEFAULT_GOAL := build
 
-.PHONY: build run test soak fuzz bench bench-go bench-smoke bench-tool bench-baseline generate check-generated vet fmt-check
+.PHONY: build run test test-sdks soak fuzz bench bench-go bench-smoke bench-tool bench-baseline generate check-generated vet fmt-check
 
 ## build: compile the webhookd binary into bin/
 build:
@@ -53,6 +53,18 @@ run:
 ## to go test, e.g. make test TEST_FLAGS='-run TestX')
 test:
 	bash scripts/test.sh $(TEST_FLAGS)
+
+## test-sdks: the Node, Python and PHP SDKs' tests (sdks/*), each running
+## the conformance scenario sdks/conformance/cases.json against a real API on
+## its own PostgreSQL schema and Redis database, behind the fault proxy
+## (cmd/webhookd-conformance); needs node/npm, python3, php, phpunit
+test-sdks:
+	@test -d sdks/node/node_modules || (cd sdks/node && npm ci --no-audit --no-fund)
+	$(GO) build -o bin/webhookd-conformance ./cmd/webhookd-conformance
+	bin/webhookd-conformance -cases sdks/conformance/cases.json -- sh -ec '\
+		echo "== sdks/node: npm test"; (cd sdks/node && npm test); \
+		echo "== sdks/python: python3 -m unittest"; (cd sdks/python && python3 -m unittest -v); \
+		echo "== sdks/php: phpunit"; (cd sdks/php && phpunit)'
 
 ## soak: the fault drills of cmd/webhookd again and again (SOAK_COUNT times,
 ## default 10; about 2 minutes a round, the rounds one after another)

@@ -20,6 +20,7 @@ import (
 type rateLimiter struct {
 	lim      *redis_rate.Limiter
 	prefix   string
+	window   time.Duration // what "per minute" counts over: a minute but in tests
 	timeout  time.Duration
 	log      *slog.Logger
 	failOpen prometheus.Counter
@@ -35,8 +36,8 @@ type rateLimiter struct {
 // probeInterval is how often a failing limiter tries Redis again.
 const probeInterval = time.Second
 
-func newRateLimiter(rdb redis.UniversalClient, prefix string, timeout time.Duration, log *slog.Logger, reg prometheus.Registerer) (*rateLimiter, error) {
-	l := &rateLimiter{lim: redis_rate.NewLimiter(rdb), prefix: prefix, timeout: timeout, log: log,
+func newRateLimiter(rdb redis.UniversalClient, prefix string, window, timeout time.Duration, log *slog.Logger, reg prometheus.Registerer) (*rateLimiter, error) {
+	l := &rateLimiter{lim: redis_rate.NewLimiter(rdb), prefix: prefix, window: window, timeout: timeout, log: log,
 		failOpen: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "webhookd_api_ratelimit_fail_open_total",
 			Help: "API requests let through unlimited because Redis could not be reached.",
@@ -63,14 +64,14 @@ type rateResult struct {
 }
 
 func (l *rateLimiter) allow(ctx context.Context, key string, perMinute int, now time.Time) rateResult {
-	open := rateResult{allowed: true, limit: perMinute, remaining: perMinute, reset: now.Add(time.Minute)}
+	open := rateResult{allowed: true, limit: perMinute, remaining: perMinute, reset: now.Add(l.window)}
 	if time.Now().UnixNano() < l.probeAt.Load() {
 		l.failOpen.Inc()
 		return open
 	}
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
-	res, err := l.lim.Allow(ctx, l.prefix+key, redis_rate.PerMinute(perMinute))
+	res, err := l.lim.Allow(ctx, l.prefix+key, redis_rate.Limit{Rate: perMinute, Burst: perMinute, Period: l.window})
 	if err != nil {
 		l.probeAt.Store(time.Now().Add(probeInterval).UnixNano())
 		l.down.Store(true)

@@ -49,6 +49,11 @@ type Config struct {
 	// reused without asking PostgreSQL; default DefaultKeyCacheTTL. A
 	// revocation announced with PublishKeyRevoked applies at once.
 	KeyCacheTTL time.Duration
+	// RateLimitWindow is the period a project's per-minute limit (and the
+	// unauthenticated one) counts over; default one minute, as SPEC §2
+	// says. Tests shorten it so that a loop of several times a limit runs
+	// in seconds, with the same headers and 429s as a real minute.
+	RateLimitWindow time.Duration
 	// UnauthenticatedRateLimit is the limit per minute per client address
 	// on requests whose key is missing, bad, or not yet in the key cache
 	// (before PostgreSQL is asked); default 6000.
@@ -99,6 +104,9 @@ func (c Config) WithDefaults() Config {
 	if c.UnauthenticatedRateLimit == 0 {
 		c.UnauthenticatedRateLimit = 6000
 	}
+	if c.RateLimitWindow == 0 {
+		c.RateLimitWindow = time.Minute
+	}
 	if c.KeyCacheTTL == 0 {
 		c.KeyCacheTTL = DefaultKeyCacheTTL
 	}
@@ -126,6 +134,8 @@ func (c Config) Validate() error {
 		return errors.New("api config: IdempotencyWait is negative")
 	case c.RequestTimeout < 0:
 		return errors.New("api config: RequestTimeout is negative")
+	case c.RateLimitWindow < 0:
+		return errors.New("api config: RateLimitWindow is negative")
 	}
 	return nil
 }
@@ -163,7 +173,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, db: cfg.DB, log: cfg.Logger, clock: cfg.Clock, mux: http.NewServeMux(), keys: newKeyCache(),
 		warm: warm.New(time.Minute)}
 	var err error
-	if s.limiter, err = newRateLimiter(cfg.Redis, cfg.RateLimitPrefix, cfg.RedisTimeout, cfg.Logger, cfg.Metrics); err != nil {
+	if s.limiter, err = newRateLimiter(cfg.Redis, cfg.RateLimitPrefix, cfg.RateLimitWindow, cfg.RedisTimeout, cfg.Logger, cfg.Metrics); err != nil {
 		return nil, err
 	}
 	s.ingester = cfg.DB.NewIngester(cfg.IngestGroups)

@@ -11,13 +11,14 @@ import (
 	"time"
 
 	"github.com/webhookd/webhookd/client"
+	"github.com/webhookd/webhookd/internal/faultproxy"
 	"github.com/webhookd/webhookd/storage"
 )
 
 // newClient is a client of s through its proxy.
 func newClient(t *testing.T, s *stack, opts ...client.Option) *client.Client {
 	t.Helper()
-	c, err := client.New(s.proxy.srv.URL, s.key, opts...)
+	c, err := client.New(s.proxy.URL, s.key, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +35,7 @@ func event(typ string) client.NewEvent {
 func TestRetryAfterDroppedResponseCreatesOneEvent(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, storage.ProjectPlan{})
-	s.proxy.setRule(func(n int, r *http.Request) fault { return fault{drop: n == 1} })
+	s.proxy.SetRule(func(n int, r *http.Request) faultproxy.Fault { return faultproxy.Fault{Drop: n == 1} })
 	c := newClient(t, s, fast)
 
 	ev, err := c.SendEvent(context.Background(), event("invoice.paid"))
@@ -48,14 +49,14 @@ func TestRetryAfterDroppedResponseCreatesOneEvent(t *testing.T) {
 	if err != nil || got.ID != ev.ID {
 		t.Fatalf("Event(%s) = %+v, %v", ev.ID, got, err)
 	}
-	reqs := s.proxy.requests()
-	if len(reqs) < 2 || reqs[0].path != "/v1/events" || reqs[1].path != "/v1/events" {
+	reqs := s.proxy.Requests()
+	if len(reqs) < 2 || reqs[0].Path != "/v1/events" || reqs[1].Path != "/v1/events" {
 		t.Fatalf("requests %+v, want the POST twice", reqs)
 	}
-	if reqs[0].idempotencyKey == "" || reqs[1].idempotencyKey != reqs[0].idempotencyKey {
-		t.Fatalf("Idempotency-Key %q then %q, want the same key on the retry", reqs[0].idempotencyKey, reqs[1].idempotencyKey)
+	if reqs[0].IdempotencyKey == "" || reqs[1].IdempotencyKey != reqs[0].IdempotencyKey {
+		t.Fatalf("Idempotency-Key %q then %q, want the same key on the retry", reqs[0].IdempotencyKey, reqs[1].IdempotencyKey)
 	}
-	if !reqs[1].replayed {
+	if !reqs[1].Replayed {
 		t.Fatalf("the retry was not answered from the idempotency record: %+v", reqs[1])
 	}
 }
@@ -84,14 +85,14 @@ func TestKeyIsFreshPerOperationAndCallerKeyIsUsed(t *testing.T) {
 	if err != nil || again.ID != mine.ID {
 		t.Fatalf("the same caller key twice: %v, %v; want the first event %s", again, err, mine.ID)
 	}
-	reqs := s.proxy.requests()
+	reqs := s.proxy.Requests()
 	if len(reqs) != 4 {
 		t.Fatalf("%d requests, want 4", len(reqs))
 	}
-	if reqs[0].idempotencyKey == reqs[1].idempotencyKey || len(reqs[0].idempotencyKey) != 36 {
-		t.Fatalf("keys %q and %q: want two different UUIDs", reqs[0].idempotencyKey, reqs[1].idempotencyKey)
+	if reqs[0].IdempotencyKey == reqs[1].IdempotencyKey || len(reqs[0].IdempotencyKey) != 36 {
+		t.Fatalf("keys %q and %q: want two different UUIDs", reqs[0].IdempotencyKey, reqs[1].IdempotencyKey)
 	}
-	if reqs[2].idempotencyKey != "order-7-paid" || !reqs[3].replayed {
+	if reqs[2].IdempotencyKey != "order-7-paid" || !reqs[3].Replayed {
 		t.Fatalf("caller key requests %+v %+v", reqs[2], reqs[3])
 	}
 	_, err = c.SendEvent(ctx, event("other.type"), client.WithIdempotencyKey("order-7-paid"))
@@ -103,29 +104,29 @@ func TestKeyIsFreshPerOperationAndCallerKeyIsUsed(t *testing.T) {
 func TestRetryAfterIsObeyed(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, storage.ProjectPlan{})
-	s.proxy.setRule(func(n int, r *http.Request) fault {
+	s.proxy.SetRule(func(n int, r *http.Request) faultproxy.Fault {
 		switch n {
 		case 1:
-			return fault{status: http.StatusServiceUnavailable, retryAfter: "1"}
+			return faultproxy.Fault{Status: http.StatusServiceUnavailable, RetryAfter: "1"}
 		case 2:
-			return fault{status: http.StatusTooManyRequests, retryAfter: "1"}
+			return faultproxy.Fault{Status: http.StatusTooManyRequests, RetryAfter: "1"}
 		}
-		return fault{}
+		return faultproxy.Fault{}
 	})
 	c := newClient(t, s, fast)
 	if _, err := c.SendEvent(context.Background(), event("x.y")); err != nil {
 		t.Fatal(err)
 	}
-	reqs := s.proxy.requests()
+	reqs := s.proxy.Requests()
 	if len(reqs) != 3 {
 		t.Fatalf("%d requests, want 3 (503, 429, then the API)", len(reqs))
 	}
 	for i := 1; i < 3; i++ {
-		if gap := reqs[i].at.Sub(reqs[i-1].at); gap < time.Second {
+		if gap := reqs[i].At.Sub(reqs[i-1].At); gap < time.Second {
 			t.Errorf("try %d came %v after a Retry-After: 1, want at least 1s", i+1, gap)
 		}
 	}
-	if reqs[2].status != http.StatusAccepted || s.count(t, "events") != 1 {
+	if reqs[2].Status != http.StatusAccepted || s.count(t, "events") != 1 {
 		t.Fatalf("last try %+v, %d events", reqs[2], s.count(t, "events"))
 	}
 }
@@ -133,8 +134,8 @@ func TestRetryAfterIsObeyed(t *testing.T) {
 func TestServerErrorsAreRetriedThenGivenUpWithTheLastAnswer(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, storage.ProjectPlan{})
-	s.proxy.setRule(func(n int, r *http.Request) fault {
-		return fault{status: []int{500, 502, 504, 503}[(n-1)%4], retryAfter: "0"}
+	s.proxy.SetRule(func(n int, r *http.Request) faultproxy.Fault {
+		return faultproxy.Fault{Status: []int{500, 502, 504, 503}[(n-1)%4], RetryAfter: "0"}
 	})
 	c := newClient(t, s, client.WithRetryPolicy(client.RetryPolicy{MaxAttempts: 4, BaseDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond}))
 	_, err := c.SendEvent(context.Background(), event("x.y"))
@@ -145,7 +146,7 @@ func TestServerErrorsAreRetriedThenGivenUpWithTheLastAnswer(t *testing.T) {
 	if e.StatusCode != 503 || e.Attempts != 4 || e.RequestID != "req_proxy4" || e.Header.Get("Retry-After") != "0" {
 		t.Fatalf("error %+v, want the last answer (503, 4 tries, req_proxy4)", e)
 	}
-	if n := len(s.proxy.requests()); n != 4 {
+	if n := len(s.proxy.Requests()); n != 4 {
 		t.Fatalf("%d requests, want MaxAttempts = 4", n)
 	}
 }
@@ -176,14 +177,14 @@ func TestClientErrorsAreNotRetried(t *testing.T) {
 	if !errors.As(err, &e) || !errors.Is(err, client.ErrExternalIDTaken) || e.ExistingID != first.ID {
 		t.Fatalf("err %v, want external_id_taken naming %s", err, first.ID)
 	}
-	bad, err := client.New(s.proxy.srv.URL, "wrong-key", fast)
+	bad, err := client.New(s.proxy.URL, "wrong-key", fast)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := bad.SendEvent(ctx, event("a")); !errors.Is(err, client.ErrUnauthorized) {
 		t.Fatalf("wrong key: %v, want ErrUnauthorized", err)
 	}
-	if n := len(s.proxy.requests()); n != 5 {
+	if n := len(s.proxy.Requests()); n != 5 {
 		t.Fatalf("%d requests for 5 calls that each got a 4xx, want 5 (no retries)", n)
 	}
 }
@@ -191,8 +192,8 @@ func TestClientErrorsAreNotRetried(t *testing.T) {
 func TestCancelledContextStopsRetriesAtOnce(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, storage.ProjectPlan{})
-	s.proxy.setRule(func(n int, r *http.Request) fault {
-		return fault{status: http.StatusServiceUnavailable, retryAfter: "30"}
+	s.proxy.SetRule(func(n int, r *http.Request) faultproxy.Fault {
+		return faultproxy.Fault{Status: http.StatusServiceUnavailable, RetryAfter: "30"}
 	})
 	// The context is cancelled once the client has read the first answer
 	// (its body closed), while it waits out the Retry-After: cancelling as
@@ -211,7 +212,7 @@ func TestCancelledContextStopsRetriesAtOnce(t *testing.T) {
 	if !errors.As(err, &e) || e.StatusCode != 503 {
 		t.Fatalf("err %v does not carry the last answer (503)", err)
 	}
-	if n := len(s.proxy.requests()); n != 1 {
+	if n := len(s.proxy.Requests()); n != 1 {
 		t.Fatalf("%d requests, want 1", n)
 	}
 }
@@ -219,8 +220,8 @@ func TestCancelledContextStopsRetriesAtOnce(t *testing.T) {
 func TestDeadlineTooShortForRetryAfterGivesUpAtOnce(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, storage.ProjectPlan{})
-	s.proxy.setRule(func(n int, r *http.Request) fault {
-		return fault{status: http.StatusTooManyRequests, retryAfter: "20"}
+	s.proxy.SetRule(func(n int, r *http.Request) faultproxy.Fault {
+		return faultproxy.Fault{Status: http.StatusTooManyRequests, RetryAfter: "20"}
 	})
 	c := newClient(t, s)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
@@ -270,8 +271,8 @@ func TestPacingStaysUnderTheLimit(t *testing.T) {
 		t.Errorf("SendEvent: %v", err)
 	}
 	var n429 int
-	for _, r := range s.proxy.requests() {
-		if r.status == http.StatusTooManyRequests {
+	for _, r := range s.proxy.Requests() {
+		if r.Status == http.StatusTooManyRequests {
 			n429++
 		}
 	}

@@ -1,15 +1,11 @@
 package client_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
-	"net/http"
 	"net/http/httptest"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +14,7 @@ import (
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/api"
 	"github.com/webhookd/webhookd/client"
+	"github.com/webhookd/webhookd/internal/faultproxy"
 	"github.com/webhookd/webhookd/internal/testenv"
 	"github.com/webhookd/webhookd/storage"
 )
@@ -27,22 +24,29 @@ import (
 type stack struct {
 	db    *storage.DB
 	api   *httptest.Server
-	proxy *faultProxy
+	proxy *faultproxy.Proxy
 	key   string
 }
 
 func newStack(t testing.TB, plan storage.ProjectPlan) *stack {
+	return newStackWindow(t, plan, 0)
+}
+
+// newStackWindow is newStack with the API's rate limit counted over window
+// instead of a minute (0: a minute).
+func newStackWindow(t testing.TB, plan storage.ProjectPlan, window time.Duration) *stack {
 	t.Helper()
 	db := testenv.DB(t)
 	rdb, _ := testenv.Redis(t)
-	srv, err := api.New(api.Config{DB: db, Redis: rdb, AllowPrivateNetworks: true,
+	srv, err := api.New(api.Config{DB: db, Redis: rdb, AllowPrivateNetworks: true, RateLimitWindow: window,
 		Logger: slog.New(slog.DiscardHandler), Metrics: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := &stack{db: db, api: httptest.NewServer(srv)}
 	t.Cleanup(s.api.Close)
-	s.proxy = newFaultProxy(t, s.api.URL)
+	s.proxy = faultproxy.New(s.api.URL)
+	t.Cleanup(s.proxy.Close)
 	key, _, err := db.Store().CreateAPIKey(context.Background(), "main", plan)
 	if err != nil {
 		t.Fatal(err)
@@ -59,108 +63,6 @@ func (s *stack) count(t testing.TB, table string) int {
 		t.Fatal(err)
 	}
 	return n
-}
-
-// fault is what the proxy does with one request instead of passing it on.
-type fault struct {
-	// drop passes the request on, then cuts the connection without
-	// answering: the API acted, the client never hears of it.
-	drop bool
-	// status, when set, answers the request with this status and an error
-	// body in the API's shape, without passing it on.
-	status     int
-	retryAfter string // Retry-After of that answer
-}
-
-// seen is one request that reached the proxy and what came of it.
-type seen struct {
-	method, path   string
-	idempotencyKey string
-	at             time.Time
-	status         int // 0 when dropped
-	replayed       bool
-}
-
-// faultProxy forwards requests to the API, except where rule says to
-// inject a fault; it records every request.
-type faultProxy struct {
-	target string
-	srv    *httptest.Server
-	mu     sync.Mutex
-	seen   []seen
-	rule   func(n int, r *http.Request) fault // n counts requests from 1
-}
-
-func newFaultProxy(t testing.TB, target string) *faultProxy {
-	p := &faultProxy{target: target}
-	p.srv = httptest.NewServer(http.HandlerFunc(p.serve))
-	t.Cleanup(p.srv.Close)
-	return p
-}
-
-func (p *faultProxy) setRule(rule func(n int, r *http.Request) fault) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.rule = rule
-}
-
-func (p *faultProxy) requests() []seen {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return append([]seen(nil), p.seen...)
-}
-
-func (p *faultProxy) serve(w http.ResponseWriter, r *http.Request) {
-	p.mu.Lock()
-	p.seen = append(p.seen, seen{method: r.Method, path: r.URL.Path, idempotencyKey: r.Header.Get("Idempotency-Key"), at: time.Now()})
-	i := len(p.seen) - 1
-	var f fault
-	if p.rule != nil {
-		f = p.rule(i+1, r)
-	}
-	p.mu.Unlock()
-	record := func(status int, replayed bool) {
-		p.mu.Lock()
-		p.seen[i].status, p.seen[i].replayed = status, replayed
-		p.mu.Unlock()
-	}
-	if f.status != 0 {
-		if f.retryAfter != "" {
-			w.Header().Set("Retry-After", f.retryAfter)
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(f.status)
-		fmt.Fprintf(w, `{"error":{"code":"injected","message":"injected by the test proxy","request_id":"req_proxy%d"}}`, i+1)
-		record(f.status, false)
-		return
-	}
-	body, _ := io.ReadAll(r.Body)
-	out, err := http.NewRequestWithContext(r.Context(), r.Method, p.target+r.URL.RequestURI(), bytes.NewReader(body))
-	if err != nil {
-		panic(err)
-	}
-	out.Header = r.Header.Clone()
-	resp, err := http.DefaultTransport.RoundTrip(out)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadGateway)
-		record(http.StatusBadGateway, false)
-		return
-	}
-	defer resp.Body.Close()
-	respBody, _ := io.ReadAll(resp.Body)
-	if f.drop {
-		conn, _, err := w.(http.Hijacker).Hijack()
-		if err == nil {
-			conn.Close()
-		}
-		return
-	}
-	for k, v := range resp.Header {
-		w.Header()[k] = v
-	}
-	w.WriteHeader(resp.StatusCode)
-	w.Write(respBody)
-	record(resp.StatusCode, resp.Header.Get("Idempotent-Replayed") == "true")
 }
 
 // mainTB lets TestMain set up the examples' stack with testenv, which

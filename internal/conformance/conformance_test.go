@@ -1,0 +1,102 @@
+package conformance
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/webhookd/webhookd/internal/faultproxy"
+)
+
+func load(t *testing.T) *File {
+	t.Helper()
+	f, err := Load("../../sdks/conformance/cases.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// passing is what a client that does everything right reports for the
+// dropped-answer case, and what the proxy and database then hold.
+func passing(t *testing.T, f *File) (Case, Outcome, []faultproxy.Seen) {
+	c, ok := f.Case("dropped_response_then_retry_creates_one_event")
+	if !ok {
+		t.Fatal("no dropped_response_then_retry_creates_one_event case")
+	}
+	now := time.Now()
+	key := "0b8f3c3e-6a43-4d3e-9a3b-2f1d5c7e9a10"
+	return c, Outcome{Results: []Result{{OK: true, ID: "evt_1"}}, ElapsedMS: 50},
+		[]faultproxy.Seen{{Path: "/v1/events", IdempotencyKey: key, At: now},
+			{Path: "/v1/events", IdempotencyKey: key, At: now.Add(10 * time.Millisecond), Status: 202, Replayed: true}}
+}
+
+// TestCheckFindsWhatIsWrong keeps the checker honest: a client that did
+// nothing fails every case, and each way of getting the dropped-answer case
+// wrong is reported, while doing it right is not.
+func TestCheckFindsWhatIsWrong(t *testing.T) {
+	f := load(t)
+	for _, c := range f.Cases {
+		if p := Check(c, Outcome{}, nil, -1); len(p) == 0 {
+			t.Errorf("%s: an empty outcome passed", c.Name)
+		}
+	}
+	c, out, seen := passing(t, f)
+	if p := Check(c, out, seen, 1); len(p) != 0 {
+		t.Fatalf("a right run was refused: %v", p)
+	}
+	wrongKey := append([]faultproxy.Seen(nil), seen...)
+	wrongKey[1].IdempotencyKey = "another"
+	notReplayed := append([]faultproxy.Seen(nil), seen...)
+	notReplayed[1].Replayed = false
+	for name, tc := range map[string]struct {
+		out    Outcome
+		seen   []faultproxy.Seen
+		events int
+		want   string
+	}{
+		"two events":          {out, seen, 2, "2 events"},
+		"a new key on retry":  {out, wrongKey, 1, "Idempotency-Key"},
+		"not replayed":        {out, notReplayed, 1, "idempotency record"},
+		"one request":         {out, seen[:1], 1, "1 requests"},
+		"failed call":         {Outcome{Results: []Result{{Error: &ResultError{Status: 503}}}}, seen, 1, "want success"},
+		"two results for one": {Outcome{Results: []Result{{OK: true, ID: "a"}, {OK: true, ID: "b"}}}, seen, 1, "2 results"},
+	} {
+		p := Check(c, tc.out, tc.seen, tc.events)
+		if len(p) == 0 || !strings.Contains(strings.Join(p, "; "), tc.want) {
+			t.Errorf("%s: problems %q, want one about %q", name, p, tc.want)
+		}
+	}
+}
+
+func TestCheckPacingAndCancel(t *testing.T) {
+	f := load(t)
+	pacing, _ := f.Case("pacing_keeps_a_loop_under_the_limit")
+	var results []Result
+	var seen []faultproxy.Seen
+	for range pacing.Results() {
+		results = append(results, Result{OK: true, ID: "evt"})
+		seen = append(seen, faultproxy.Seen{Status: 202})
+	}
+	if p := Check(pacing, Outcome{Results: results}, seen, len(seen)); len(p) != 0 {
+		t.Fatalf("a paced run was refused: %v", p)
+	}
+	seen[7].Status = 429
+	if p := Check(pacing, Outcome{Results: results}, seen, len(seen)); len(p) == 0 {
+		t.Error("a run that met a 429 passed the pacing case")
+	}
+	cancel, _ := f.Case("cancelled_call_stops_at_once")
+	out := Outcome{Results: []Result{{Error: &ResultError{Cancelled: true, Status: 503}}}, ElapsedMS: 350}
+	one := []faultproxy.Seen{{Status: 503}}
+	if p := Check(cancel, out, one, 0); len(p) != 0 {
+		t.Fatalf("a cancelled call was refused: %v", p)
+	}
+	out.ElapsedMS = 30_000
+	if p := Check(cancel, out, one, 0); len(p) == 0 {
+		t.Error("a call that waited out the Retry-After passed the cancel case")
+	}
+	out = Outcome{Results: []Result{{Error: &ResultError{Status: 503}}}, ElapsedMS: 350}
+	if p := Check(cancel, out, one, 0); len(p) == 0 {
+		t.Error("a call that was not cancelled passed the cancel case")
+	}
+}

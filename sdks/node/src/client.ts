@@ -1,0 +1,342 @@
+import { randomUUID } from "node:crypto";
+import { errorFromResponse, WebhookdAbortError, WebhookdError, WebhookdNetworkError } from "./errors.js";
+import { Pacer } from "./pacer.js";
+import { afterRetryAfter, backoff, parseRetryAfter, RetryPolicy, sleep, withDefaults } from "./retry.js";
+import type {
+  DeadLetter, DeadLetterFilter, Delivery, DeliveryFilter, Endpoint, EndpointPatch, Event, Job, NewEndpoint,
+  NewEvent, Page, Secret,
+} from "./types.js";
+
+export const VERSION = "0.1.0";
+
+export interface ClientOptions {
+  /** Retry policy; missing fields keep DEFAULT_RETRY_POLICY's. */
+  retry?: Partial<RetryPolicy>;
+  /** Appended to the User-Agent "webhookd-node/<version>", e.g. "billing/1.4". */
+  userAgent?: string;
+  /** The fetch to use (default: the global one). */
+  fetch?: typeof fetch;
+}
+
+/** Options of one call. */
+export interface CallOptions {
+  /** Cancels the call at once, retries and waits included. */
+  signal?: AbortSignal;
+  /** Overall deadline of the call in ms, every try and wait included. */
+  timeoutMs?: number;
+}
+
+/** Options of a mutating call that carries an Idempotency-Key. */
+export interface MutatingCallOptions extends CallOptions {
+  /** Use this key instead of a new UUIDv4: the same key for the same logical
+   * operation makes it idempotent across processes and restarts. */
+  idempotencyKey?: string;
+}
+
+type Mode = "safe" | "refused";
+
+interface Request {
+  method: string;
+  path: string;
+  query?: Record<string, string | undefined>;
+  body?: unknown;
+  idempotencyKey?: string;
+  headers?: Record<string, string>;
+  /** "safe": may run twice with the same effect (GET, PATCH, DELETE, or a
+   * POST with an Idempotency-Key); "refused": retried only when the API
+   * certainly did not act (429, or no connection made). */
+  mode?: Mode;
+  /** A 404 on a retry means an earlier try deleted it. */
+  deleteCall?: boolean;
+}
+
+/** Every route of /v1/openapi.json, by operationId, and the method that
+ * calls it (a test holds this table and the document together). */
+export const ROUTES = {
+  createEvent: { method: "POST", path: "/v1/events", sdk: "sendEvent" },
+  createEventBatch: { method: "POST", path: "/v1/events/batch", sdk: "sendEvents" },
+  getEvent: { method: "GET", path: "/v1/events/{id}", sdk: "getEvent" },
+  createEndpoint: { method: "POST", path: "/v1/endpoints", sdk: "createEndpoint" },
+  listEndpoints: { method: "GET", path: "/v1/endpoints", sdk: "listEndpoints" },
+  getEndpoint: { method: "GET", path: "/v1/endpoints/{id}", sdk: "getEndpoint" },
+  updateEndpoint: { method: "PATCH", path: "/v1/endpoints/{id}", sdk: "updateEndpoint" },
+  deleteEndpoint: { method: "DELETE", path: "/v1/endpoints/{id}", sdk: "deleteEndpoint" },
+  getEndpointSecret: { method: "GET", path: "/v1/endpoints/{id}/secret", sdk: "getEndpointSecret" },
+  rotateEndpointSecret: { method: "POST", path: "/v1/endpoints/{id}/rotate-secret", sdk: "rotateEndpointSecret" },
+  testEndpoint: { method: "POST", path: "/v1/endpoints/{id}/test", sdk: "testEndpoint" },
+  listDeliveries: { method: "GET", path: "/v1/deliveries", sdk: "listDeliveries" },
+  getDelivery: { method: "GET", path: "/v1/deliveries/{id}", sdk: "getDelivery" },
+  redeliver: { method: "POST", path: "/v1/deliveries/{id}/redeliver", sdk: "redeliver" },
+  listDeadLetters: { method: "GET", path: "/v1/dead-letters", sdk: "listDeadLetters" },
+  replayDeadLetters: { method: "POST", path: "/v1/dead-letters/replay", sdk: "replayDeadLetters" },
+  getJob: { method: "GET", path: "/v1/jobs/{id}", sdk: "getJob" },
+  getOpenAPIDocument: { method: "GET", path: "/v1/openapi.json", sdk: "getOpenAPIDocument" },
+} as const;
+
+/** webhookd's API client. One object may be shared by any number of
+ * concurrent calls; they share its pacing. */
+export class WebhookdClient {
+  readonly baseUrl: string;
+  private readonly apiKey: string;
+  private readonly retry: RetryPolicy;
+  private readonly userAgent: string;
+  private readonly fetch: typeof fetch;
+  private readonly pacer = new Pacer();
+
+  constructor(baseUrl: string, apiKey: string, options: ClientOptions = {}) {
+    const u = new URL(baseUrl);
+    if (u.protocol !== "http:" && u.protocol !== "https:") throw new TypeError(`webhookd: base URL ${baseUrl} is not http(s)`);
+    if (!apiKey) throw new TypeError("webhookd: API key is empty");
+    this.baseUrl = baseUrl.replace(/\/+$/, "");
+    this.apiKey = apiKey;
+    this.retry = withDefaults(options.retry);
+    this.userAgent = `webhookd-node/${VERSION}` + (options.userAgent ? ` ${options.userAgent}` : "");
+    this.fetch = options.fetch ?? globalThis.fetch.bind(globalThis);
+  }
+
+  // ---- events
+
+  /** POST /v1/events: one logical operation; every retry carries the same
+   * Idempotency-Key, so the event is created once. */
+  sendEvent(event: NewEvent, opts: MutatingCallOptions = {}): Promise<Event> {
+    return this.do({ method: "POST", path: "/v1/events", body: event, idempotencyKey: opts.idempotencyKey ?? "" }, opts);
+  }
+
+  /** POST /v1/events/batch: up to 1000 events, all or none, in order. */
+  async sendEvents(events: NewEvent[], opts: MutatingCallOptions = {}): Promise<Event[]> {
+    const out = await this.do<{ data: Event[] }>(
+      { method: "POST", path: "/v1/events/batch", body: { events }, idempotencyKey: opts.idempotencyKey ?? "" }, opts);
+    return out.data;
+  }
+
+  /** GET /v1/events/{id}. */
+  getEvent(id: string, opts: CallOptions = {}): Promise<Event> {
+    return this.do({ method: "GET", path: `/v1/events/${enc(id)}` }, opts);
+  }
+
+  // ---- endpoints
+
+  /** POST /v1/endpoints; the answer carries the endpoint's secret. */
+  createEndpoint(endpoint: NewEndpoint, opts: MutatingCallOptions = {}): Promise<Endpoint> {
+    return this.do({ method: "POST", path: "/v1/endpoints", body: endpoint, idempotencyKey: opts.idempotencyKey ?? "" }, opts);
+  }
+
+  /** GET /v1/endpoints, every page. */
+  listEndpoints(params: { limit?: number } = {}, opts: CallOptions = {}): AsyncIterableIterator<Endpoint> {
+    return this.list<Endpoint>("/v1/endpoints", { limit: num(params.limit) }, opts);
+  }
+
+  /** GET /v1/endpoints/{id}. */
+  getEndpoint(id: string, opts: CallOptions = {}): Promise<Endpoint> {
+    return this.do({ method: "GET", path: `/v1/endpoints/${enc(id)}` }, opts);
+  }
+
+  /** PATCH /v1/endpoints/{id}; with ifMatch it applies only to that version
+   * (else 412 version_mismatch). Retried: the same change twice changes
+   * nothing more (but a conditional one retried after a lost answer may
+   * report version_mismatch although its first try applied). */
+  updateEndpoint(id: string, patch: EndpointPatch, opts: CallOptions & { ifMatch?: number } = {}): Promise<Endpoint> {
+    const headers: Record<string, string> = opts.ifMatch != null ? { "If-Match": `"${opts.ifMatch}"` } : {};
+    return this.do({ method: "PATCH", path: `/v1/endpoints/${enc(id)}`, body: patch, headers }, opts);
+  }
+
+  /** DELETE /v1/endpoints/{id}; a retry that finds it gone succeeds. */
+  async deleteEndpoint(id: string, opts: CallOptions = {}): Promise<void> {
+    await this.do({ method: "DELETE", path: `/v1/endpoints/${enc(id)}`, deleteCall: true }, opts);
+  }
+
+  /** GET /v1/endpoints/{id}/secret. */
+  getEndpointSecret(id: string, opts: CallOptions = {}): Promise<Secret> {
+    return this.do({ method: "GET", path: `/v1/endpoints/${enc(id)}/secret` }, opts);
+  }
+
+  /** POST /v1/endpoints/{id}/rotate-secret; the old secret keeps signing for 24 h. */
+  rotateEndpointSecret(id: string, opts: MutatingCallOptions = {}): Promise<Secret> {
+    return this.do({ method: "POST", path: `/v1/endpoints/${enc(id)}/rotate-secret`, body: {},
+      idempotencyKey: opts.idempotencyKey ?? "" }, opts);
+  }
+
+  /** POST /v1/endpoints/{id}/test: a webhookd.test event to this endpoint
+   * alone. The API does not deduplicate it, so it is retried only when the
+   * API certainly did not act (429, or no connection made). */
+  testEndpoint(id: string, data?: unknown, opts: CallOptions = {}): Promise<Delivery> {
+    return this.do({ method: "POST", path: `/v1/endpoints/${enc(id)}/test`, body: data === undefined ? {} : { data },
+      mode: "refused" }, opts);
+  }
+
+  // ---- deliveries, dead letters, jobs
+
+  /** GET /v1/deliveries, newest first, every page. */
+  listDeliveries(filter: DeliveryFilter = {}, opts: CallOptions = {}): AsyncIterableIterator<Delivery> {
+    return this.list<Delivery>("/v1/deliveries", {
+      status: filter.status, endpoint_id: filter.endpoint_id, event_type: filter.event_type, event_id: filter.event_id,
+      since: time(filter.since), limit: num(filter.limit),
+    }, opts);
+  }
+
+  /** GET /v1/deliveries/{id}, with every attempt. */
+  getDelivery(id: string, opts: CallOptions = {}): Promise<Delivery> {
+    return this.do({ method: "GET", path: `/v1/deliveries/${enc(id)}` }, opts);
+  }
+
+  /** POST /v1/deliveries/{id}/redeliver: one manual attempt now. */
+  redeliver(id: string, opts: MutatingCallOptions = {}): Promise<Delivery> {
+    return this.do({ method: "POST", path: `/v1/deliveries/${enc(id)}/redeliver`, body: {},
+      idempotencyKey: opts.idempotencyKey ?? "" }, opts);
+  }
+
+  /** GET /v1/dead-letters, every page. */
+  listDeadLetters(filter: DeadLetterFilter = {}, opts: CallOptions = {}): AsyncIterableIterator<DeadLetter> {
+    return this.list<DeadLetter>("/v1/dead-letters", {
+      endpoint_id: filter.endpoint_id, event_type: filter.event_type, since: time(filter.since),
+      until: time(filter.until), limit: num(filter.limit),
+    }, opts);
+  }
+
+  /** POST /v1/dead-letters/replay: a background job; returns its id. */
+  async replayDeadLetters(filter: Omit<DeadLetterFilter, "limit"> = {}, opts: MutatingCallOptions = {}): Promise<string> {
+    const body = strip({ endpoint_id: filter.endpoint_id, event_type: filter.event_type, since: time(filter.since),
+      until: time(filter.until) });
+    const out = await this.do<{ job_id: string }>({ method: "POST", path: "/v1/dead-letters/replay", body,
+      idempotencyKey: opts.idempotencyKey ?? "" }, opts);
+    return out.job_id;
+  }
+
+  /** GET /v1/jobs/{id}. */
+  getJob(id: string, opts: CallOptions = {}): Promise<Job> {
+    return this.do({ method: "GET", path: `/v1/jobs/${enc(id)}` }, opts);
+  }
+
+  /** GET /v1/openapi.json: the API's OpenAPI 3.1 document. */
+  getOpenAPIDocument(opts: CallOptions = {}): Promise<Record<string, unknown>> {
+    return this.do({ method: "GET", path: "/v1/openapi.json" }, opts);
+  }
+
+  // ---- machinery
+
+  private async *list<T>(path: string, query: Record<string, string | undefined>, opts: CallOptions): AsyncIterableIterator<T> {
+    let q = { ...query };
+    for (;;) {
+      const page = await this.do<Page<T>>({ method: "GET", path, query: q }, opts);
+      for (const item of page.data) yield item;
+      if (!page.next_cursor) return;
+      q = { ...q, cursor: page.next_cursor };
+    }
+  }
+
+  /** Runs a request, retrying as its mode and the policy allow. */
+  private async do<T>(r: Request, opts: CallOptions): Promise<T> {
+    if (r.idempotencyKey === "") r.idempotencyKey = randomUUID(); // one key per logical operation
+    const deadline = opts.timeoutMs != null ? Date.now() + opts.timeoutMs : Infinity;
+    const signal = opts.timeoutMs != null
+      ? (opts.signal ? anySignal(opts.signal, AbortSignal.timeout(opts.timeoutMs)) : AbortSignal.timeout(opts.timeoutMs))
+      : opts.signal;
+    let last: WebhookdError | null = null;
+    const stopped = (cause: unknown) =>
+      new WebhookdAbortError(`webhookd: ${r.method} ${r.path}: ${signal?.reason?.name === "TimeoutError" ? "deadline passed" : "cancelled"}`
+        + (last ? ` (last answer: ${last.message})` : ""), last, cause);
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await this.pacer.wait(signal);
+      } catch (e) {
+        throw stopped(e);
+      }
+      let res: Response | null = null;
+      let text = "";
+      let netErr: unknown = null;
+      try {
+        ({ res, text } = await this.send(r, signal));
+      } catch (e) {
+        netErr = e;
+      }
+      this.pacer.done(res);
+      if (res && res.status < 300) {
+        if (text === "" || res.status === 204) return undefined as T;
+        return JSON.parse(text) as T;
+      }
+      if (res) last = errorFromResponse(res.status, res.headers, text, attempt);
+      if (signal?.aborted) throw stopped(signal.reason);
+      let retry: boolean;
+      let wait: number;
+      if (!res) {
+        retry = (r.mode ?? "safe") === "safe" || isConnectError(netErr);
+        wait = backoff(this.retry, attempt);
+      } else {
+        if (r.deleteCall && attempt > 1 && res.status === 404) return undefined as T;
+        retry = last!.temporary && ((r.mode ?? "safe") === "safe" || res.status === 429);
+        wait = backoff(this.retry, attempt);
+        const ra = parseRetryAfter(res.headers.get("retry-after"));
+        if (ra != null) {
+          if (ra > this.retry.maxRetryAfterMs) retry = false;
+          wait = afterRetryAfter(ra);
+        }
+      }
+      if (!retry || attempt >= this.retry.maxAttempts || Date.now() + wait > deadline) {
+        if (res) throw last!;
+        throw new WebhookdNetworkError(`webhookd: ${r.method} ${r.path}: ${attempt} tries: ${describe(netErr)}`, attempt, last, netErr);
+      }
+      try {
+        await sleep(wait, signal);
+      } catch (e) {
+        throw stopped(e);
+      }
+    }
+  }
+
+  /** One try: the answer and its body, or a throw when no whole answer came. */
+  private async send(r: Request, signal?: AbortSignal): Promise<{ res: Response; text: string }> {
+    const url = new URL(this.baseUrl + r.path);
+    for (const [k, v] of Object.entries(r.query ?? {})) if (v != null && v !== "") url.searchParams.set(k, v);
+    const headers: Record<string, string> = {
+      ...r.headers, Authorization: `Bearer ${this.apiKey}`, Accept: "application/json", "User-Agent": this.userAgent,
+    };
+    if (r.body !== undefined) headers["Content-Type"] = "application/json";
+    if (r.idempotencyKey) headers["Idempotency-Key"] = r.idempotencyKey;
+    const perTry = AbortSignal.timeout(this.retry.perTryTimeoutMs);
+    const res = await this.fetch(url, {
+      method: r.method, headers, body: r.body === undefined ? undefined : JSON.stringify(r.body),
+      signal: signal ? anySignal(signal, perTry) : perTry, redirect: "manual",
+    });
+    const text = await res.text();
+    return { res, text };
+  }
+}
+
+/** A signal that fires when either does (AbortSignal.any, which Node 18
+ * lacks: Debian 12's Node is 18). */
+function anySignal(a: AbortSignal, b: AbortSignal): AbortSignal {
+  const ac = new AbortController();
+  for (const s of [a, b]) {
+    if (s.aborted) {
+      ac.abort(s.reason);
+      return ac.signal;
+    }
+  }
+  const onA = () => done(a);
+  const onB = () => done(b);
+  const done = (s: AbortSignal) => {
+    a.removeEventListener("abort", onA);
+    b.removeEventListener("abort", onB);
+    ac.abort(s.reason);
+  };
+  a.addEventListener("abort", onA, { once: true });
+  b.addEventListener("abort", onB, { once: true });
+  return ac.signal;
+}
+
+function isConnectError(e: unknown): boolean {
+  const code = (e as any)?.cause?.code ?? (e as any)?.code;
+  return code === "ECONNREFUSED" || code === "ENOTFOUND" || code === "EAI_AGAIN" || code === "EHOSTUNREACH";
+}
+
+function describe(e: unknown): string {
+  const cause = (e as any)?.cause;
+  return String((e as any)?.message ?? e) + (cause?.message ? `: ${cause.message}` : "");
+}
+
+const enc = encodeURIComponent;
+const num = (n: number | undefined) => (n == null ? undefined : String(n));
+const time = (t: string | Date | undefined) => (t instanceof Date ? t.toISOString() : t);
+function strip(o: Record<string, string | undefined>): Record<string, string> {
+  return Object.fromEntries(Object.entries(o).filter(([, v]) => v != null)) as Record<string, string>;
+}

@@ -1,0 +1,366 @@
+<?php
+
+declare(strict_types=1);
+
+namespace Webhookd;
+
+/**
+ * webhookd's API client, with the Go client's safe defaults: every mutating
+ * call sends an Idempotency-Key made once per call ('idempotency_key' to pass
+ * your own) and reuses it on every retry; network errors, timeouts, 429, 500,
+ * 502, 503 and 504 are retried with full-jitter backoff, Retry-After obeyed,
+ * a bounded number of tries and an optional overall 'timeout'; other 4xx are
+ * never retried; pacing on X-RateLimit-* is shared by every call of this
+ * object. Call options: 'idempotency_key' (mutating calls), 'timeout'
+ * (seconds, the whole call), 'cancel' (a callable returning true once the
+ * caller wants the call to stop: it is checked while waiting and during a
+ * transfer, and ends the call at once with CancelledException).
+ *
+ * @phpstan-type Options array{idempotency_key?: string, timeout?: float, cancel?: callable(): bool}
+ */
+final class Client
+{
+    public const VERSION = '0.1.0';
+
+    /** Every route of /v1/openapi.json, by operationId: [method, path, client method]. */
+    public const ROUTES = [
+        'createEvent' => ['POST', '/v1/events', 'sendEvent'],
+        'createEventBatch' => ['POST', '/v1/events/batch', 'sendEvents'],
+        'getEvent' => ['GET', '/v1/events/{id}', 'getEvent'],
+        'createEndpoint' => ['POST', '/v1/endpoints', 'createEndpoint'],
+        'listEndpoints' => ['GET', '/v1/endpoints', 'listEndpoints'],
+        'getEndpoint' => ['GET', '/v1/endpoints/{id}', 'getEndpoint'],
+        'updateEndpoint' => ['PATCH', '/v1/endpoints/{id}', 'updateEndpoint'],
+        'deleteEndpoint' => ['DELETE', '/v1/endpoints/{id}', 'deleteEndpoint'],
+        'getEndpointSecret' => ['GET', '/v1/endpoints/{id}/secret', 'getEndpointSecret'],
+        'rotateEndpointSecret' => ['POST', '/v1/endpoints/{id}/rotate-secret', 'rotateEndpointSecret'],
+        'testEndpoint' => ['POST', '/v1/endpoints/{id}/test', 'testEndpoint'],
+        'listDeliveries' => ['GET', '/v1/deliveries', 'listDeliveries'],
+        'getDelivery' => ['GET', '/v1/deliveries/{id}', 'getDelivery'],
+        'redeliver' => ['POST', '/v1/deliveries/{id}/redeliver', 'redeliver'],
+        'listDeadLetters' => ['GET', '/v1/dead-letters', 'listDeadLetters'],
+        'replayDeadLetters' => ['POST', '/v1/dead-letters/replay', 'replayDeadLetters'],
+        'getJob' => ['GET', '/v1/jobs/{id}', 'getJob'],
+        'getOpenAPIDocument' => ['GET', '/v1/openapi.json', 'getOpenAPIDocument'],
+    ];
+
+    private readonly string $baseUrl;
+    private readonly string $userAgent;
+    private readonly Pacer $pacer;
+
+    public function __construct(
+        string $baseUrl,
+        private readonly string $apiKey,
+        private readonly RetryPolicy $retry = new RetryPolicy(),
+        string $userAgent = '',
+    ) {
+        $scheme = parse_url($baseUrl, PHP_URL_SCHEME);
+        if (!in_array($scheme, ['http', 'https'], true) || parse_url($baseUrl, PHP_URL_HOST) === null) {
+            throw new \InvalidArgumentException("webhookd: base URL {$baseUrl} is not an absolute http(s) URL");
+        }
+        if ($apiKey === '') {
+            throw new \InvalidArgumentException('webhookd: API key is empty');
+        }
+        $this->baseUrl = rtrim($baseUrl, '/');
+        $this->userAgent = 'webhookd-php/' . self::VERSION . ($userAgent !== '' ? " {$userAgent}" : '');
+        $this->pacer = new Pacer();
+    }
+
+    // ---- events
+
+    /**
+     * POST /v1/events: one logical operation, created once however often it is retried.
+     * @param array{type: string, data: mixed, external_id?: string, endpoint_ids?: list<string>} $event
+     * @param Options $opts
+     * @return array<string, mixed> the Event
+     */
+    public function sendEvent(array $event, array $opts = []): array
+    {
+        return $this->do('POST', '/v1/events', body: $event, opts: $opts, key: true);
+    }
+
+    /**
+     * POST /v1/events/batch: up to 1000 events, all or none, in order.
+     * @param list<array<string, mixed>> $events
+     * @param Options $opts
+     * @return list<array<string, mixed>>
+     */
+    public function sendEvents(array $events, array $opts = []): array
+    {
+        return $this->do('POST', '/v1/events/batch', body: ['events' => $events], opts: $opts, key: true)['data'];
+    }
+
+    /** GET /v1/events/{id}. @param Options $opts @return array<string, mixed> */
+    public function getEvent(string $id, array $opts = []): array
+    {
+        return $this->do('GET', '/v1/events/' . rawurlencode($id), opts: $opts);
+    }
+
+    // ---- endpoints
+
+    /** POST /v1/endpoints; the answer carries the secret. @param array<string, mixed> $endpoint @param Options $opts @return array<string, mixed> */
+    public function createEndpoint(array $endpoint, array $opts = []): array
+    {
+        return $this->do('POST', '/v1/endpoints', body: $endpoint, opts: $opts, key: true);
+    }
+
+    /** GET /v1/endpoints, every page. @param Options $opts @return \Generator<int, array<string, mixed>> */
+    public function listEndpoints(?int $limit = null, array $opts = []): \Generator
+    {
+        return $this->list('/v1/endpoints', ['limit' => $limit], $opts);
+    }
+
+    /** GET /v1/endpoints/{id}. @param Options $opts @return array<string, mixed> */
+    public function getEndpoint(string $id, array $opts = []): array
+    {
+        return $this->do('GET', '/v1/endpoints/' . rawurlencode($id), opts: $opts);
+    }
+
+    /**
+     * PATCH /v1/endpoints/{id}; with $ifMatch only that version (else 412 version_mismatch).
+     * @param array<string, mixed> $patch @param Options $opts @return array<string, mixed>
+     */
+    public function updateEndpoint(string $id, array $patch, ?int $ifMatch = null, array $opts = []): array
+    {
+        $headers = $ifMatch !== null ? ['If-Match: "' . $ifMatch . '"'] : [];
+        return $this->do('PATCH', '/v1/endpoints/' . rawurlencode($id), body: $patch, opts: $opts, headers: $headers);
+    }
+
+    /** DELETE /v1/endpoints/{id}; a retry that finds it gone succeeds. @param Options $opts */
+    public function deleteEndpoint(string $id, array $opts = []): void
+    {
+        $this->do('DELETE', '/v1/endpoints/' . rawurlencode($id), opts: $opts, deleteCall: true);
+    }
+
+    /** GET /v1/endpoints/{id}/secret. @param Options $opts @return array<string, mixed> */
+    public function getEndpointSecret(string $id, array $opts = []): array
+    {
+        return $this->do('GET', '/v1/endpoints/' . rawurlencode($id) . '/secret', opts: $opts);
+    }
+
+    /** POST /v1/endpoints/{id}/rotate-secret; the old one signs 24 h more. @param Options $opts @return array<string, mixed> */
+    public function rotateEndpointSecret(string $id, array $opts = []): array
+    {
+        return $this->do('POST', '/v1/endpoints/' . rawurlencode($id) . '/rotate-secret', body: new \stdClass(),
+            opts: $opts, key: true);
+    }
+
+    /**
+     * POST /v1/endpoints/{id}/test. Not deduplicated by the API, so retried only
+     * when it certainly did not act (429, or no connection made).
+     * @param Options $opts @return array<string, mixed>
+     */
+    public function testEndpoint(string $id, mixed $data = null, array $opts = []): array
+    {
+        $body = $data === null ? new \stdClass() : ['data' => $data];
+        return $this->do('POST', '/v1/endpoints/' . rawurlencode($id) . '/test', body: $body, opts: $opts, safe: false);
+    }
+
+    // ---- deliveries, dead letters, jobs
+
+    /**
+     * GET /v1/deliveries, newest first, every page.
+     * @param array{status?: string, endpoint_id?: string, event_type?: string, event_id?: string, since?: string, limit?: int} $filter
+     * @param Options $opts @return \Generator<int, array<string, mixed>>
+     */
+    public function listDeliveries(array $filter = [], array $opts = []): \Generator
+    {
+        return $this->list('/v1/deliveries', $filter, $opts);
+    }
+
+    /** GET /v1/deliveries/{id}, with every attempt. @param Options $opts @return array<string, mixed> */
+    public function getDelivery(string $id, array $opts = []): array
+    {
+        return $this->do('GET', '/v1/deliveries/' . rawurlencode($id), opts: $opts);
+    }
+
+    /** POST /v1/deliveries/{id}/redeliver. @param Options $opts @return array<string, mixed> */
+    public function redeliver(string $id, array $opts = []): array
+    {
+        return $this->do('POST', '/v1/deliveries/' . rawurlencode($id) . '/redeliver', body: new \stdClass(),
+            opts: $opts, key: true);
+    }
+
+    /**
+     * GET /v1/dead-letters, every page.
+     * @param array{endpoint_id?: string, event_type?: string, since?: string, until?: string, limit?: int} $filter
+     * @param Options $opts @return \Generator<int, array<string, mixed>>
+     */
+    public function listDeadLetters(array $filter = [], array $opts = []): \Generator
+    {
+        return $this->list('/v1/dead-letters', $filter, $opts);
+    }
+
+    /**
+     * POST /v1/dead-letters/replay: a background job; returns its id.
+     * @param array{endpoint_id?: string, event_type?: string, since?: string, until?: string} $filter
+     * @param Options $opts
+     */
+    public function replayDeadLetters(array $filter = [], array $opts = []): string
+    {
+        $body = $filter === [] ? new \stdClass() : $filter;
+        return $this->do('POST', '/v1/dead-letters/replay', body: $body, opts: $opts, key: true)['job_id'];
+    }
+
+    /** GET /v1/jobs/{id}. @param Options $opts @return array<string, mixed> */
+    public function getJob(string $id, array $opts = []): array
+    {
+        return $this->do('GET', '/v1/jobs/' . rawurlencode($id), opts: $opts);
+    }
+
+    /** GET /v1/openapi.json. @param Options $opts @return array<string, mixed> */
+    public function getOpenAPIDocument(array $opts = []): array
+    {
+        return $this->do('GET', '/v1/openapi.json', opts: $opts);
+    }
+
+    // ---- machinery
+
+    /** @param array<string, mixed> $query @param Options $opts @return \Generator<int, array<string, mixed>> */
+    private function list(string $path, array $query, array $opts): \Generator
+    {
+        $query = array_filter($query, static fn ($v) => $v !== null && $v !== '');
+        while (true) {
+            $page = $this->do('GET', $path, query: $query, opts: $opts);
+            foreach ($page['data'] as $item) {
+                yield $item;
+            }
+            if (($page['next_cursor'] ?? null) === null || $page['next_cursor'] === '') {
+                return;
+            }
+            $query['cursor'] = $page['next_cursor'];
+        }
+    }
+
+    /**
+     * Runs one logical operation, retrying as its kind and the policy allow.
+     * @param array<string, mixed> $query @param Options $opts @param list<string> $headers
+     */
+    private function do(string $method, string $path, mixed $body = null, array $query = [], array $opts = [],
+        bool $key = false, bool $safe = true, bool $deleteCall = false, array $headers = []): mixed
+    {
+        if ($key) {
+            // One key per logical operation: made once here, sent on every try.
+            $headers[] = 'Idempotency-Key: ' . ($opts['idempotency_key'] ?? self::uuid4());
+        }
+        $cancel = $opts['cancel'] ?? null;
+        $deadline = isset($opts['timeout']) ? microtime(true) + (float) $opts['timeout'] : null;
+        $last = null;
+        $sleep = function (float $seconds) use ($cancel, $deadline, $method, $path, &$last): void {
+            if ($deadline !== null && microtime(true) + $seconds > $deadline) {
+                throw new CancelledException("webhookd: {$method} {$path}: deadline passed", $last);
+            }
+            $until = microtime(true) + $seconds;
+            while (true) {
+                if ($cancel !== null && $cancel()) {
+                    throw new CancelledException("webhookd: {$method} {$path}: cancelled", $last);
+                }
+                $left = $until - microtime(true);
+                if ($left <= 0) {
+                    return;
+                }
+                usleep((int) (min($left, $cancel !== null ? 0.02 : $left) * 1e6));
+            }
+        };
+        for ($attempt = 1; ; $attempt++) {
+            $this->pacer->wait($sleep);
+            [$status, $respHeaders, $respBody, $netErr, $connectErr] = $this->send($method, $path, $body, $query,
+                $headers, $cancel, $deadline);
+            $this->pacer->done($status, $respHeaders);
+            if ($status !== null && $status < 300) {
+                return $respBody === '' || $status === 204 ? null : json_decode($respBody, true, 512, JSON_THROW_ON_ERROR);
+            }
+            if ($status !== null) {
+                $last = WebhookdException::fromResponse($status, $respHeaders, $respBody, $attempt);
+            }
+            if ($cancel !== null && $cancel()) {
+                throw new CancelledException("webhookd: {$method} {$path}: cancelled", $last);
+            }
+            $wait = $this->retry->backoff($attempt);
+            if ($status === null) {
+                $retry = $safe || $connectErr;
+            } else {
+                if ($deleteCall && $attempt > 1 && $status === 404) {
+                    return null; // an earlier try deleted it and its answer was lost
+                }
+                $retry = $last->isTemporary() && ($safe || $status === 429);
+                $ra = RetryPolicy::parseRetryAfter($respHeaders['retry-after'] ?? null);
+                if ($ra !== null) {
+                    if ($ra > $this->retry->maxRetryAfter) {
+                        $retry = false;
+                    }
+                    $wait = RetryPolicy::afterRetryAfter($ra);
+                }
+            }
+            $outOfTime = $deadline !== null && microtime(true) + $wait > $deadline;
+            if (!$retry || $attempt >= $this->retry->maxAttempts || $outOfTime) {
+                if ($status !== null) {
+                    throw $last;
+                }
+                throw new NetworkException("webhookd: {$method} {$path}: {$attempt} tries: {$netErr}", $attempt, $last);
+            }
+            $sleep($wait);
+        }
+    }
+
+    /**
+     * One try: [status, headers, body, null, false], or [null, null, '', error, connect failed].
+     * @param array<string, mixed> $query @param list<string> $headers
+     * @return array{0: ?int, 1: ?array<string, string>, 2: string, 3: ?string, 4: bool}
+     */
+    private function send(string $method, string $path, mixed $body, array $query, array $headers,
+        ?callable $cancel, ?float $deadline): array
+    {
+        $url = $this->baseUrl . $path . ($query !== [] ? '?' . http_build_query($query) : '');
+        $timeout = $this->retry->perTryTimeout;
+        if ($deadline !== null) {
+            $timeout = max(min($timeout, $deadline - microtime(true)), 0.001);
+        }
+        $headers[] = 'Authorization: Bearer ' . $this->apiKey;
+        $headers[] = 'Accept: application/json';
+        $headers[] = 'User-Agent: ' . $this->userAgent;
+        $respHeaders = [];
+        $ch = curl_init($url);
+        $options = [
+            CURLOPT_CUSTOMREQUEST => $method,
+            CURLOPT_RETURNTRANSFER => true,
+            CURLOPT_FOLLOWLOCATION => false,
+            CURLOPT_TIMEOUT_MS => (int) ceil($timeout * 1000),
+            CURLOPT_HEADERFUNCTION => static function ($ch, string $line) use (&$respHeaders): int {
+                $parts = explode(':', $line, 2);
+                if (count($parts) === 2) {
+                    $respHeaders[strtolower(trim($parts[0]))] = trim($parts[1]);
+                }
+                return strlen($line);
+            },
+        ];
+        if ($body !== null) {
+            $headers[] = 'Content-Type: application/json';
+            $options[CURLOPT_POSTFIELDS] = json_encode($body, JSON_THROW_ON_ERROR | JSON_UNESCAPED_SLASHES);
+        }
+        if ($cancel !== null) {
+            $options[CURLOPT_NOPROGRESS] = false;
+            $options[CURLOPT_XFERINFOFUNCTION] = static fn () => $cancel() ? 1 : 0;
+        }
+        $options[CURLOPT_HTTPHEADER] = $headers;
+        curl_setopt_array($ch, $options);
+        $out = curl_exec($ch);
+        $errno = curl_errno($ch);
+        $status = (int) curl_getinfo($ch, CURLINFO_RESPONSE_CODE);
+        $error = curl_error($ch);
+        curl_close($ch);
+        if ($errno !== 0 || !is_string($out)) {
+            $connect = in_array($errno, [CURLE_COULDNT_CONNECT, CURLE_COULDNT_RESOLVE_HOST], true);
+            return [null, null, '', "curl error {$errno}: {$error}", $connect];
+        }
+        return [$status, $respHeaders, $out, null, false];
+    }
+
+    private static function uuid4(): string
+    {
+        $b = random_bytes(16);
+        $b[6] = chr((ord($b[6]) & 0x0f) | 0x40);
+        $b[8] = chr((ord($b[8]) & 0x3f) | 0x80);
+        return vsprintf('%s%s-%s-%s-%s-%s%s%s', str_split(bin2hex($b), 4));
+    }
+}

@@ -1,0 +1,151 @@
+<?php
+
+declare(strict_types=1);
+
+namespace Webhookd\Tests;
+
+use PHPUnit\Framework\TestCase;
+use Webhookd\CancelledException;
+use Webhookd\Client;
+use Webhookd\RetryPolicy;
+use Webhookd\WebhookdException;
+
+/** The client against a scripted loopback server (`php -S` with tests/server/router.php). */
+final class ClientTest extends TestCase
+{
+    private string $dir;
+    /** @var resource */
+    private $proc;
+    private string $url;
+
+    protected function setUp(): void
+    {
+        $this->dir = sys_get_temp_dir() . '/webhookd-php-' . bin2hex(random_bytes(6));
+        mkdir($this->dir);
+        file_put_contents("{$this->dir}/script.json", '[]');
+        $probe = stream_socket_server('tcp://127.0.0.1:0');
+        $addr = stream_socket_get_name($probe, false);
+        fclose($probe);
+        $this->url = "http://{$addr}";
+        $cmd = [PHP_BINARY, '-S', $addr, __DIR__ . '/server/router.php'];
+        $this->proc = proc_open($cmd, [0 => ['file', '/dev/null', 'r'], 1 => ['file', '/dev/null', 'w'],
+            2 => ['file', '/dev/null', 'w']], $pipes, null, ['SCRIPT_DIR' => $this->dir]);
+        $deadline = microtime(true) + 10;
+        while (@fsockopen('127.0.0.1', (int) explode(':', $addr)[1]) === false) {
+            if (microtime(true) > $deadline) {
+                $this->fail("php -S on {$addr} did not start");
+            }
+            usleep(20_000);
+        }
+    }
+
+    protected function tearDown(): void
+    {
+        proc_terminate($this->proc);
+        proc_close($this->proc);
+        array_map('unlink', glob("{$this->dir}/*"));
+        rmdir($this->dir);
+    }
+
+    /** @param list<array<string, mixed>> $rules */
+    private function script(array $rules): void
+    {
+        file_put_contents("{$this->dir}/script.json", json_encode($rules));
+    }
+
+    /** @return list<array<string, mixed>> */
+    private function seen(): array
+    {
+        $log = "{$this->dir}/log.jsonl";
+        return is_file($log) ? array_map(fn ($l) => json_decode($l, true), file($log)) : [];
+    }
+
+    private static function apiError(string $code, array $extra = []): array
+    {
+        return ['error' => ['code' => $code, 'message' => 'm', 'request_id' => 'req_body'] + $extra];
+    }
+
+    private function client(): Client
+    {
+        return new Client($this->url, 'key', new RetryPolicy(baseDelay: 0.001, maxDelay: 0.005));
+    }
+
+    public function testA503IsRetriedWithTheSameKeyAndA400IsNotRetried(): void
+    {
+        $this->script([
+            ['n' => 1, 'status' => 503, 'body' => self::apiError('unavailable'), 'headers' => ['Retry-After' => '0']],
+            ['path' => '/v1/events/batch', 'status' => 400, 'body' => self::apiError('validation_failed', ['field' => 'events[0].type'])],
+            ['path' => '/v1/events', 'status' => 202, 'body' => ['id' => 'evt_1', 'deliveries' => []]],
+        ]);
+        $c = $this->client();
+        $this->assertSame('evt_1', $c->sendEvent(['type' => 'a.b', 'data' => ['n' => 1]])['id']);
+        $seen = $this->seen();
+        $this->assertCount(2, $seen);
+        $this->assertMatchesRegularExpression('/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/', $seen[0]['key']);
+        $this->assertSame($seen[0]['key'], $seen[1]['key']);
+        try {
+            $c->sendEvents([['type' => 'bad type', 'data' => 1]]);
+            $this->fail('a 400 did not throw');
+        } catch (WebhookdException $e) {
+            $this->assertSame([400, 'validation_failed', 'events[0].type', 'req_body', 1],
+                [$e->status, $e->errorCode, $e->field, $e->requestId, $e->attempts]);
+        }
+        $this->assertCount(3, $this->seen());
+        $this->assertNotSame($seen[0]['key'], $this->seen()[2]['key']);
+    }
+
+    public function testListsFollowNextCursor(): void
+    {
+        $this->script([
+            ['cursor' => false, 'status' => 200, 'body' => ['data' => [['id' => 'ep_1'], ['id' => 'ep_2']], 'next_cursor' => 'c2']],
+            ['cursor' => true, 'status' => 200, 'body' => ['data' => [['id' => 'ep_3']], 'next_cursor' => null]],
+        ]);
+        $ids = [];
+        foreach ($this->client()->listEndpoints(2) as $ep) {
+            $ids[] = $ep['id'];
+        }
+        $this->assertSame(['ep_1', 'ep_2', 'ep_3'], $ids);
+        $this->assertSame('/v1/endpoints?limit=2&cursor=c2', $this->seen()[1]['uri']);
+    }
+
+    public function testTheTestRouteIsNotRetriedAfterA500AndADeleteFindingItGoneSucceeds(): void
+    {
+        $this->script([
+            ['n' => 2, 'status' => 503, 'body' => self::apiError('unavailable')],
+            ['method' => 'DELETE', 'status' => 404, 'body' => self::apiError('not_found')],
+            ['status' => 500, 'body' => self::apiError('internal')],
+        ]);
+        $c = $this->client();
+        try {
+            $c->testEndpoint('ep_1');
+            $this->fail('a 500 did not throw');
+        } catch (WebhookdException $e) {
+            $this->assertSame([500, 1], [$e->status, $e->attempts]);
+        }
+        $c->deleteEndpoint('ep_1'); // 503, then 404: an earlier try deleted it
+        $this->assertCount(3, $this->seen());
+    }
+
+    public function testADeadlineShorterThanRetryAfterGivesUpAtOnceAndCancelStopsAWait(): void
+    {
+        $this->script([['status' => 429, 'body' => self::apiError('rate_limited'), 'headers' => ['Retry-After' => '20']]]);
+        $c = new Client($this->url, 'key');
+        $start = microtime(true);
+        try {
+            $c->getEvent('evt_1', ['timeout' => 3]);
+            $this->fail('a 429 did not throw');
+        } catch (WebhookdException $e) {
+            $this->assertSame(429, $e->status);
+        }
+        $this->assertLessThan(1, microtime(true) - $start);
+        $at = microtime(true) + 0.2;
+        $start = microtime(true);
+        try {
+            $c->getEvent('evt_1', ['cancel' => fn () => microtime(true) >= $at]);
+            $this->fail('a cancelled call did not throw');
+        } catch (CancelledException $e) {
+            $this->assertSame(429, $e->lastError?->status);
+        }
+        $this->assertLessThan(1, microtime(true) - $start);
+    }
+}

@@ -1,0 +1,136 @@
+import json
+import threading
+import time
+import unittest
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+from webhookd import Client, RetryPolicy, WebhookdCancelledError, WebhookdError, backoff, parse_retry_after
+
+FAST = RetryPolicy(base_delay=0.001, max_delay=0.005)
+
+
+def api_error(code: str, **extra: Any) -> dict[str, Any]:
+    return {"error": {"code": code, "message": "m", "request_id": "req_body", **extra}}
+
+
+class Server:
+    """A loopback server answering with a script; it records each request."""
+
+    def __init__(self, answer: Callable[[int, str, str], tuple[int, Any, dict[str, str]]]) -> None:
+        self.seen: list[dict[str, Any]] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def handle_one(self) -> None:
+                n = int(self.headers.get("Content-Length") or 0)
+                self.rfile.read(n)
+                outer.seen.append({"method": self.command, "path": self.path, "key": self.headers.get("Idempotency-Key")})
+                status, body, headers = answer(len(outer.seen), self.command, self.path)
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = do_DELETE = do_PATCH = handle_one
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class ClientTest(unittest.TestCase):
+    def serve(self, answer: Callable[[int, str, str], tuple[int, Any, dict[str, str]]]) -> Server:
+        s = Server(answer)
+        self.addCleanup(s.close)
+        return s
+
+    def test_backoff_and_retry_after(self) -> None:
+        p = RetryPolicy(base_delay=0.1, max_delay=1.0)
+        for n, ceiling in [(1, 0.1), (3, 0.4), (10, 1.0)]:
+            for _ in range(50):
+                self.assertLessEqual(backoff(p, n), ceiling)
+        self.assertEqual(parse_retry_after("2"), 2.0)
+        self.assertEqual(parse_retry_after("Thu, 01 Jan 1970 00:00:10 GMT", now=4.0), 6.0)
+        self.assertIsNone(parse_retry_after("soon"))
+        self.assertIsNone(parse_retry_after(None))
+
+    def test_503_retried_with_the_same_key_and_400_not_retried(self) -> None:
+        def answer(n: int, method: str, path: str) -> tuple[int, Any, dict[str, str]]:
+            if path == "/v1/events" and n == 1:
+                return 503, api_error("unavailable"), {"Retry-After": "0"}
+            if path == "/v1/events":
+                return 202, {"id": "evt_1", "deliveries": []}, {}
+            return 400, api_error("validation_failed", field="events[0].type"), {}
+
+        s = self.serve(answer)
+        c = Client(s.url, "key", retry=FAST)
+        self.assertEqual(c.send_event({"type": "a.b", "data": {"n": 1}})["id"], "evt_1")
+        self.assertEqual(len(s.seen), 2)
+        self.assertEqual(len(s.seen[0]["key"]), 36)
+        self.assertEqual(s.seen[1]["key"], s.seen[0]["key"])
+        with self.assertRaises(WebhookdError) as cm:
+            c.send_events([{"type": "bad type", "data": 1}])
+        e = cm.exception
+        self.assertEqual((e.status, e.code, e.field, e.request_id, e.attempts),
+                         (400, "validation_failed", "events[0].type", "req_body", 1))
+        self.assertEqual(len(s.seen), 3)
+
+    def test_list_follows_next_cursor(self) -> None:
+        def answer(n: int, method: str, path: str) -> tuple[int, Any, dict[str, str]]:
+            if "cursor" not in parse_qs(urlparse(path).query):
+                return 200, {"data": [{"id": "ep_1"}, {"id": "ep_2"}], "next_cursor": "c2"}, {}
+            return 200, {"data": [{"id": "ep_3"}], "next_cursor": None}, {}
+
+        s = self.serve(answer)
+        c = Client(s.url, "key", retry=FAST)
+        self.assertEqual([e["id"] for e in c.list_endpoints(limit=2)], ["ep_1", "ep_2", "ep_3"])
+        self.assertEqual(s.seen[1]["path"], "/v1/endpoints?limit=2&cursor=c2")
+
+    def test_test_route_not_retried_after_500_and_delete_finding_it_gone_succeeds(self) -> None:
+        def answer(n: int, method: str, path: str) -> tuple[int, Any, dict[str, str]]:
+            if method == "DELETE":
+                return (503, api_error("unavailable"), {}) if n == 2 else (404, api_error("not_found"), {})
+            return 500, api_error("internal"), {}
+
+        s = self.serve(answer)
+        c = Client(s.url, "key", retry=FAST)
+        with self.assertRaises(WebhookdError) as cm:
+            c.test_endpoint("ep_1")
+        self.assertEqual((cm.exception.status, cm.exception.attempts), (500, 1))
+        c.delete_endpoint("ep_1")
+        self.assertEqual(len(s.seen), 3)
+
+    def test_deadline_and_cancel(self) -> None:
+        s = self.serve(lambda n, m, p: (429, api_error("rate_limited"), {"Retry-After": "20"}))
+        c = Client(s.url, "key")
+        start = time.monotonic()
+        with self.assertRaises(WebhookdError) as cm:
+            c.get_event("evt_1", timeout=3)
+        self.assertEqual(cm.exception.status, 429)
+        self.assertLess(time.monotonic() - start, 1)
+        cancel = threading.Event()
+        threading.Timer(0.2, cancel.set).start()
+        start = time.monotonic()
+        with self.assertRaises(WebhookdCancelledError) as cc:
+            c.get_event("evt_1", cancel=cancel)
+        self.assertLess(time.monotonic() - start, 1)
+        assert cc.exception.last_error is not None
+        self.assertEqual(cc.exception.last_error.status, 429)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,332 @@
+"""The webhookd API client."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from .errors import WebhookdCancelledError, WebhookdError, WebhookdNetworkError, error_from_response
+from .pacer import Pacer
+from .retry import RetryPolicy, after_retry_after, backoff, parse_retry_after
+
+VERSION = "0.1.0"
+
+#: Every route of /v1/openapi.json, by operationId: (method, path, client method).
+#: A test holds this table, the client and the document together.
+ROUTES: dict[str, tuple[str, str, str]] = {
+    "createEvent": ("POST", "/v1/events", "send_event"),
+    "createEventBatch": ("POST", "/v1/events/batch", "send_events"),
+    "getEvent": ("GET", "/v1/events/{id}", "get_event"),
+    "createEndpoint": ("POST", "/v1/endpoints", "create_endpoint"),
+    "listEndpoints": ("GET", "/v1/endpoints", "list_endpoints"),
+    "getEndpoint": ("GET", "/v1/endpoints/{id}", "get_endpoint"),
+    "updateEndpoint": ("PATCH", "/v1/endpoints/{id}", "update_endpoint"),
+    "deleteEndpoint": ("DELETE", "/v1/endpoints/{id}", "delete_endpoint"),
+    "getEndpointSecret": ("GET", "/v1/endpoints/{id}/secret", "get_endpoint_secret"),
+    "rotateEndpointSecret": ("POST", "/v1/endpoints/{id}/rotate-secret", "rotate_endpoint_secret"),
+    "testEndpoint": ("POST", "/v1/endpoints/{id}/test", "test_endpoint"),
+    "listDeliveries": ("GET", "/v1/deliveries", "list_deliveries"),
+    "getDelivery": ("GET", "/v1/deliveries/{id}", "get_delivery"),
+    "redeliver": ("POST", "/v1/deliveries/{id}/redeliver", "redeliver"),
+    "listDeadLetters": ("GET", "/v1/dead-letters", "list_dead_letters"),
+    "replayDeadLetters": ("POST", "/v1/dead-letters/replay", "replay_dead_letters"),
+    "getJob": ("GET", "/v1/jobs/{id}", "get_job"),
+    "getOpenAPIDocument": ("GET", "/v1/openapi.json", "get_openapi_document"),
+}
+
+
+@dataclass
+class NewEvent:
+    """One event to send."""
+
+    type: str
+    data: Any
+    external_id: str | None = None
+    endpoint_ids: list[str] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None or k == "data"}
+
+
+@dataclass
+class _Request:
+    method: str
+    path: str
+    query: dict[str, str] = field(default_factory=dict)
+    body: Any = None
+    has_body: bool = False
+    idempotency_key: str | None = None  # "" : make one
+    headers: dict[str, str] = field(default_factory=dict)
+    safe: bool = True  # False: retried only when the API certainly did not act (429, no connection)
+    delete_call: bool = False
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+def _enc(s: str) -> str:
+    return urllib.parse.quote(s, safe="")
+
+
+def _time(t: str | datetime | None) -> str | None:
+    if isinstance(t, datetime):
+        return t.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+    return t
+
+
+class Client:
+    """webhookd's API client.
+
+    Safe to share between threads; every call made through one Client shares
+    its pacing. Every mutating call sends an Idempotency-Key made once per
+    call (or ``idempotency_key=``) and reuses it on every retry.
+
+    Each call takes ``cancel`` (a threading.Event: setting it ends the call at
+    its next wait, at once) and ``timeout`` (the call's overall deadline in
+    seconds, retries and waits included).
+    """
+
+    def __init__(self, base_url: str, api_key: str, *, retry: RetryPolicy | None = None,
+                 user_agent: str | None = None) -> None:
+        u = urllib.parse.urlparse(base_url)
+        if u.scheme not in ("http", "https") or not u.netloc:
+            raise ValueError(f"webhookd: base URL {base_url!r} is not an absolute http(s) URL")
+        if not api_key:
+            raise ValueError("webhookd: API key is empty")
+        self.base_url = base_url.rstrip("/")
+        self._api_key = api_key
+        self.retry = retry or RetryPolicy()
+        self._user_agent = f"webhookd-python/{VERSION}" + (f" {user_agent}" if user_agent else "")
+        self._pacer = Pacer()
+        self._opener = urllib.request.build_opener(_NoRedirect)
+
+    # ---- events
+
+    def send_event(self, event: NewEvent | Mapping[str, Any], *, idempotency_key: str | None = None,
+                   cancel: threading.Event | None = None, timeout: float | None = None) -> dict[str, Any]:
+        """POST /v1/events: one logical operation, created once however often it is retried."""
+        body = event.to_json() if isinstance(event, NewEvent) else dict(event)
+        return self._do(_Request("POST", "/v1/events", body=body, has_body=True, idempotency_key=idempotency_key or ""),
+                        cancel, timeout)
+
+    def send_events(self, events: list[NewEvent | Mapping[str, Any]], *, idempotency_key: str | None = None,
+                    cancel: threading.Event | None = None, timeout: float | None = None) -> list[dict[str, Any]]:
+        """POST /v1/events/batch: up to 1000 events, all or none, in order."""
+        items = [e.to_json() if isinstance(e, NewEvent) else dict(e) for e in events]
+        out = self._do(_Request("POST", "/v1/events/batch", body={"events": items}, has_body=True,
+                                idempotency_key=idempotency_key or ""), cancel, timeout)
+        return out["data"]
+
+    def get_event(self, id: str, *, cancel: threading.Event | None = None,
+                  timeout: float | None = None) -> dict[str, Any]:
+        """GET /v1/events/{id}."""
+        return self._do(_Request("GET", f"/v1/events/{_enc(id)}"), cancel, timeout)
+
+    # ---- endpoints
+
+    def create_endpoint(self, endpoint: Mapping[str, Any], *, idempotency_key: str | None = None,
+                        cancel: threading.Event | None = None, timeout: float | None = None) -> dict[str, Any]:
+        """POST /v1/endpoints; the answer carries the endpoint's secret."""
+        return self._do(_Request("POST", "/v1/endpoints", body=dict(endpoint), has_body=True,
+                                 idempotency_key=idempotency_key or ""), cancel, timeout)
+
+    def list_endpoints(self, *, limit: int | None = None, cancel: threading.Event | None = None,
+                       timeout: float | None = None) -> Iterator[dict[str, Any]]:
+        """GET /v1/endpoints, every page."""
+        return self._list("/v1/endpoints", {"limit": limit}, cancel, timeout)
+
+    def get_endpoint(self, id: str, *, cancel: threading.Event | None = None,
+                     timeout: float | None = None) -> dict[str, Any]:
+        """GET /v1/endpoints/{id}."""
+        return self._do(_Request("GET", f"/v1/endpoints/{_enc(id)}"), cancel, timeout)
+
+    def update_endpoint(self, id: str, patch: Mapping[str, Any], *, if_match: int | None = None,
+                        cancel: threading.Event | None = None, timeout: float | None = None) -> dict[str, Any]:
+        """PATCH /v1/endpoints/{id}; with if_match only that version (else 412 version_mismatch)."""
+        headers = {"If-Match": f'"{if_match}"'} if if_match is not None else {}
+        return self._do(_Request("PATCH", f"/v1/endpoints/{_enc(id)}", body=dict(patch), has_body=True,
+                                 headers=headers), cancel, timeout)
+
+    def delete_endpoint(self, id: str, *, cancel: threading.Event | None = None, timeout: float | None = None) -> None:
+        """DELETE /v1/endpoints/{id}; a retry that finds it gone succeeds."""
+        self._do(_Request("DELETE", f"/v1/endpoints/{_enc(id)}", delete_call=True), cancel, timeout)
+
+    def get_endpoint_secret(self, id: str, *, cancel: threading.Event | None = None,
+                            timeout: float | None = None) -> dict[str, Any]:
+        """GET /v1/endpoints/{id}/secret."""
+        return self._do(_Request("GET", f"/v1/endpoints/{_enc(id)}/secret"), cancel, timeout)
+
+    def rotate_endpoint_secret(self, id: str, *, idempotency_key: str | None = None,
+                               cancel: threading.Event | None = None, timeout: float | None = None) -> dict[str, Any]:
+        """POST /v1/endpoints/{id}/rotate-secret; the old secret keeps signing for 24 h."""
+        return self._do(_Request("POST", f"/v1/endpoints/{_enc(id)}/rotate-secret", body={}, has_body=True,
+                                 idempotency_key=idempotency_key or ""), cancel, timeout)
+
+    def test_endpoint(self, id: str, data: Any = None, *, cancel: threading.Event | None = None,
+                      timeout: float | None = None) -> dict[str, Any]:
+        """POST /v1/endpoints/{id}/test. Not deduplicated by the API, so retried
+        only when it certainly did not act (429, or no connection made)."""
+        body = {} if data is None else {"data": data}
+        return self._do(_Request("POST", f"/v1/endpoints/{_enc(id)}/test", body=body, has_body=True, safe=False),
+                        cancel, timeout)
+
+    # ---- deliveries, dead letters, jobs
+
+    def list_deliveries(self, *, status: str | None = None, endpoint_id: str | None = None,
+                        event_type: str | None = None, event_id: str | None = None,
+                        since: str | datetime | None = None, limit: int | None = None,
+                        cancel: threading.Event | None = None, timeout: float | None = None) -> Iterator[dict[str, Any]]:
+        """GET /v1/deliveries, newest first, every page."""
+        return self._list("/v1/deliveries", {"status": status, "endpoint_id": endpoint_id, "event_type": event_type,
+                                             "event_id": event_id, "since": _time(since), "limit": limit},
+                          cancel, timeout)
+
+    def get_delivery(self, id: str, *, cancel: threading.Event | None = None,
+                     timeout: float | None = None) -> dict[str, Any]:
+        """GET /v1/deliveries/{id}, with every attempt."""
+        return self._do(_Request("GET", f"/v1/deliveries/{_enc(id)}"), cancel, timeout)
+
+    def redeliver(self, id: str, *, idempotency_key: str | None = None, cancel: threading.Event | None = None,
+                  timeout: float | None = None) -> dict[str, Any]:
+        """POST /v1/deliveries/{id}/redeliver: one manual attempt now."""
+        return self._do(_Request("POST", f"/v1/deliveries/{_enc(id)}/redeliver", body={}, has_body=True,
+                                 idempotency_key=idempotency_key or ""), cancel, timeout)
+
+    def list_dead_letters(self, *, endpoint_id: str | None = None, event_type: str | None = None,
+                          since: str | datetime | None = None, until: str | datetime | None = None,
+                          limit: int | None = None, cancel: threading.Event | None = None,
+                          timeout: float | None = None) -> Iterator[dict[str, Any]]:
+        """GET /v1/dead-letters, every page."""
+        return self._list("/v1/dead-letters", {"endpoint_id": endpoint_id, "event_type": event_type,
+                                               "since": _time(since), "until": _time(until), "limit": limit},
+                          cancel, timeout)
+
+    def replay_dead_letters(self, *, endpoint_id: str | None = None, event_type: str | None = None,
+                            since: str | datetime | None = None, until: str | datetime | None = None,
+                            idempotency_key: str | None = None, cancel: threading.Event | None = None,
+                            timeout: float | None = None) -> str:
+        """POST /v1/dead-letters/replay: a background job; returns its id."""
+        body = {k: v for k, v in {"endpoint_id": endpoint_id, "event_type": event_type, "since": _time(since),
+                                  "until": _time(until)}.items() if v is not None}
+        out = self._do(_Request("POST", "/v1/dead-letters/replay", body=body, has_body=True,
+                                idempotency_key=idempotency_key or ""), cancel, timeout)
+        return out["job_id"]
+
+    def get_job(self, id: str, *, cancel: threading.Event | None = None, timeout: float | None = None) -> dict[str, Any]:
+        """GET /v1/jobs/{id}."""
+        return self._do(_Request("GET", f"/v1/jobs/{_enc(id)}"), cancel, timeout)
+
+    def get_openapi_document(self, *, cancel: threading.Event | None = None,
+                             timeout: float | None = None) -> dict[str, Any]:
+        """GET /v1/openapi.json."""
+        return self._do(_Request("GET", "/v1/openapi.json"), cancel, timeout)
+
+    # ---- machinery
+
+    def _list(self, path: str, query: Mapping[str, Any], cancel: threading.Event | None,
+              timeout: float | None) -> Iterator[dict[str, Any]]:
+        q = {k: str(v) for k, v in query.items() if v is not None and v != ""}
+        while True:
+            page = self._do(_Request("GET", path, query=dict(q)), cancel, timeout)
+            yield from page["data"]
+            if not page.get("next_cursor"):
+                return
+            q["cursor"] = page["next_cursor"]
+
+    def _do(self, r: _Request, cancel: threading.Event | None, timeout: float | None) -> Any:
+        if r.idempotency_key == "":
+            r.idempotency_key = str(uuid.uuid4())  # one key per logical operation, sent on every try
+        deadline = time.monotonic() + timeout if timeout is not None else None
+        last: WebhookdError | None = None
+
+        def wait(seconds: float) -> None:
+            if deadline is not None and time.monotonic() + seconds > deadline:
+                raise WebhookdCancelledError(f"webhookd: {r.method} {r.path}: deadline passed", last)
+            if cancel is not None:
+                if cancel.wait(max(seconds, 0)):
+                    raise WebhookdCancelledError(f"webhookd: {r.method} {r.path}: cancelled", last)
+            elif seconds > 0:
+                time.sleep(seconds)
+
+        attempt = 0
+        while True:
+            attempt += 1
+            self._pacer.wait(wait)
+            status: int | None = None
+            headers: dict[str, str] | None = None
+            body = b""
+            net_err: BaseException | None = None
+            try:
+                status, headers, body = self._send(r, deadline)
+            except (OSError, http.client.HTTPException) as e:
+                net_err = e
+            self._pacer.done(status, headers)
+            if status is not None and status < 300:
+                return json.loads(body) if body and status != 204 else None
+            if status is not None and headers is not None:
+                last = error_from_response(status, headers, body, attempt)
+            if cancel is not None and cancel.is_set():
+                raise WebhookdCancelledError(f"webhookd: {r.method} {r.path}: cancelled", last)
+            if status is None:
+                retry = r.safe or _is_connect_error(net_err)
+                delay = backoff(self.retry, attempt)
+            else:
+                assert last is not None and headers is not None
+                if r.delete_call and attempt > 1 and status == 404:
+                    return None  # an earlier try deleted it and its answer was lost
+                retry = last.temporary and (r.safe or status == 429)
+                delay = backoff(self.retry, attempt)
+                ra = parse_retry_after({k.lower(): v for k, v in headers.items()}.get("retry-after"))
+                if ra is not None:
+                    if ra > self.retry.max_retry_after:
+                        retry = False
+                    delay = after_retry_after(ra)
+            out_of_time = deadline is not None and time.monotonic() + delay > deadline
+            if not retry or attempt >= self.retry.max_attempts or out_of_time:
+                if last is not None and status is not None:
+                    raise last
+                raise WebhookdNetworkError(f"webhookd: {r.method} {r.path}: {attempt} tries: {net_err}", attempt, last)
+            wait(delay)
+
+    def _send(self, r: _Request, deadline: float | None) -> tuple[int, dict[str, str], bytes]:
+        url = self.base_url + r.path
+        if r.query:
+            url += "?" + urllib.parse.urlencode(r.query)
+        data = json.dumps(r.body).encode() if r.has_body else None
+        req = urllib.request.Request(url, data=data, method=r.method)
+        for k, v in r.headers.items():
+            req.add_header(k, v)
+        req.add_header("Authorization", f"Bearer {self._api_key}")
+        req.add_header("Accept", "application/json")
+        req.add_header("User-Agent", self._user_agent)
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        if r.idempotency_key:
+            req.add_header("Idempotency-Key", r.idempotency_key)
+        per_try = self.retry.per_try_timeout
+        if deadline is not None:
+            per_try = max(min(per_try, deadline - time.monotonic()), 0.001)
+        try:
+            with self._opener.open(req, timeout=per_try) as resp:
+                return resp.status, dict(resp.headers.items()), resp.read()
+        except urllib.error.HTTPError as e:
+            with e:
+                return e.code, dict(e.headers.items()), e.read()
+
+
+def _is_connect_error(e: BaseException | None) -> bool:
+    reason = getattr(e, "reason", e)
+    return isinstance(reason, (ConnectionRefusedError, socket.gaierror))
