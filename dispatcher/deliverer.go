@@ -163,7 +163,7 @@ func (d *Deliverer) Attempt(ctx context.Context, r Request) (Result, error) {
 			}
 		}
 	}
-	now := d.clock.Now()
+	now, claimed := d.clock.Now(), time.Now()
 	l, err := d.claims.Do(ctx, storage.Claim{DeliveryID: r.DeliveryID, Token: storage.NewRequestID(), Mode: r.mode(),
 		RequestID: r.RequestID, Worker: d.worker})
 	switch {
@@ -173,6 +173,7 @@ func (d *Deliverer) Attempt(ctx context.Context, r Request) (Result, error) {
 		return Result{}, nil // purged: nothing to do
 	}
 	d.gate.learn(l.Delivery.EndpointID, l.MaxInFlight, l.Endpoint.RateLimitPerSecond)
+	d.gate.markCircuit(l.Delivery.EndpointID, l.Endpoint.Circuit != webhookd.CircuitClosed, l.Failures, claimed)
 	if !l.Held {
 		return d.notHeld(r, &l, now)
 	}
@@ -182,11 +183,13 @@ func (d *Deliverer) Attempt(ctx context.Context, r Request) (Result, error) {
 	}
 	// A person's attempt (manual, replay, test event) is never held by the
 	// breaker: it goes at once, and counts as a probe.
-	if person := !auto || l.Trigger == webhookd.TriggerTest; !person && d.circuit.After > 0 &&
-		l.Endpoint.Circuit != webhookd.CircuitClosed {
-		if res, err, goOn := d.circuitGate(ctx, r, &l, now); !goOn {
+	person, probe := !auto || l.Trigger == webhookd.TriggerTest, false
+	if !person && d.circuit.After > 0 && l.Endpoint.Circuit != webhookd.CircuitClosed {
+		res, err, goOn := d.circuitGate(ctx, r, &l, now)
+		if !goOn {
 			return res, err
 		}
+		probe = true
 	}
 	if auto && !rateChecked && l.Endpoint.RateLimitPerSecond != nil {
 		if at, ok := d.allowed(ctx, del.EndpointID, *l.Endpoint.RateLimitPerSecond); !ok {
@@ -202,6 +205,13 @@ func (d *Deliverer) Attempt(ctx context.Context, r Request) (Result, error) {
 			return d.holdLeased(ctx, r, &l, now, holdInFlightCap)
 		}
 		slot = endpointSlot{gate: d.gate, ep: del.EndpointID}
+	}
+	// The circuit may have opened while this attempt waited for its slot
+	// (its claim read it closed): it waits for the probes too.
+	if !person && !probe && d.circuit.After > 0 && d.gate.circuitOpen(del.EndpointID, d.circuit.After) {
+		slot.release()
+		return d.holdLeased(ctx, r, &l, earliest(now.Add(probeWait(d.circuit.Probes, 0)),
+			del.CreatedAt.Add(d.schedule.Window())), holdCircuit)
 	}
 
 	trigger := l.Trigger

@@ -49,6 +49,12 @@ type endpointState struct {
 	lastFree time.Time     // when a slot last freed (or its first was taken)
 	used     time.Time     // when an attempt last came by
 	frees    chan struct{} // closed when a slot frees; nil while nobody waits
+	// circuitOpen is its circuit as this process last learnt it, at
+	// circuitSeen (markCircuit).
+	circuitOpen bool
+	circuitSeen time.Time
+	failStreak  int       // consecutive attempts in this process that failed for the breaker
+	failAt      time.Time // when the last of them ended
 }
 
 // gateIdle is how long the gate keeps an idle endpoint's state.
@@ -200,6 +206,12 @@ func (g *gate) release(ep string, took time.Duration, sig signal) {
 	if took >= 0 {
 		s.lim.observe(now, sig, took, s.inFlight, ceilingOf(s))
 	}
+	switch sig {
+	case signalOK:
+		s.failStreak = 0
+	case signalTimeout, signalServerError:
+		s.failStreak, s.failAt = s.failStreak+1, time.Now()
+	}
 	s.inFlight--
 	s.lastFree = now
 	switch {
@@ -280,3 +292,36 @@ const (
 	loadsRecent = time.Minute
 	loadsMax    = 5000
 )
+
+// markCircuit records what this process last learnt of ep's circuit: open
+// (from a failure it recorded, or a claim that read it open), or closed
+// with failures counted as read by a claim made at seen; a closed reading
+// older than the last open one is stale and ignored, and one with no
+// failures counted, made after this process's last failure, ends its own
+// streak (another worker's attempt succeeded meanwhile). So an attempt
+// that claimed its delivery before the circuit opened can still be held
+// back once it has its slot.
+func (g *gate) markCircuit(ep string, open bool, failures int, seen time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s := g.useLocked(ep, g.now())
+	switch {
+	case open:
+		s.circuitOpen, s.circuitSeen = true, seen
+	case seen.After(s.circuitSeen):
+		s.circuitOpen, s.circuitSeen = false, seen
+	}
+	if !open && failures == 0 && seen.After(s.failAt) {
+		s.failStreak = 0
+	}
+}
+
+// circuitOpen reports whether this process last learnt ep's circuit open,
+// or has seen after failures in a row itself (the breaker's count in
+// PostgreSQL follows a little later).
+func (g *gate) circuitOpen(ep string, after int) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s, ok := g.eps[ep]
+	return ok && (s.circuitOpen || after > 0 && s.failStreak >= after)
+}

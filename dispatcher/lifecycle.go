@@ -50,7 +50,8 @@ func (d *Deliverer) circuitGate(ctx context.Context, r Request, l *storage.Lease
 		return Result{Status: t.Status}, nil, false
 	}
 	if at := l.Endpoint.ProbeAt; at != nil && at.After(now) {
-		res, err := d.holdLeased(ctx, r, l, *at, holdCircuit)
+		// Until the probe, or until its window is over (a dead letter then).
+		res, err := d.holdLeased(ctx, r, l, earliest(*at, l.Delivery.CreatedAt.Add(d.schedule.Window())), holdCircuit)
 		return res, err, false
 	}
 	took, err := d.db.TakeProbe(ctx, l.Delivery.EndpointID, now, now.Add(d.lease))
@@ -58,11 +59,19 @@ func (d *Deliverer) circuitGate(ctx context.Context, r Request, l *storage.Lease
 		return Result{}, err, false
 	}
 	if !took { // another attempt is the probe: look again after the first probe's wait
-		res, err := d.holdLeased(ctx, r, l, now.Add(probeWait(d.circuit.Probes, 0)), holdCircuit)
+		res, err := d.holdLeased(ctx, r, l, earliest(now.Add(probeWait(d.circuit.Probes, 0)),
+			l.Delivery.CreatedAt.Add(d.schedule.Window())), holdCircuit)
 		return res, err, false
 	}
 	d.metrics.probes.Inc()
 	return Result{}, nil, true
+}
+
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 func probeWait(probes []time.Duration, n int) time.Duration {
@@ -90,6 +99,7 @@ func (d *Deliverer) countForBreaker(ctx context.Context, l *storage.Lease, resp 
 		return
 	}
 	for _, c := range changes {
+		d.gate.markCircuit(c.EndpointID, c.To != webhookd.CircuitClosed, c.Failures, time.Now())
 		d.circuitChanged(ctx, c)
 	}
 }

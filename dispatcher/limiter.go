@@ -56,10 +56,11 @@ const (
 type signal int
 
 const (
-	signalNone     signal = iota // nothing: not sent, 3xx, 4xx but 429
-	signalOK                     // 2xx
-	signalOverload               // 429, 5xx: the receiver is there and refuses
-	signalTimeout                // timed out, refused connection, other network error
+	signalNone        signal = iota // nothing: not sent, 3xx, 4xx but 429
+	signalOK                        // 2xx
+	signalOverload                  // 429: the receiver is there and refuses
+	signalServerError               // 5xx: likewise, and a failure for the circuit breaker
+	signalTimeout                   // timed out, refused connection, other network error
 )
 
 // signalOf reads a response.
@@ -69,7 +70,9 @@ func signalOf(r Response) signal {
 		return signalTimeout
 	case c >= 200 && c < 300:
 		return signalOK
-	case c == http.StatusTooManyRequests || c >= 500:
+	case c >= 500:
+		return signalServerError
+	case c == http.StatusTooManyRequests:
 		return signalOverload
 	}
 	return signalNone
@@ -100,7 +103,7 @@ func (l *limiter) observe(now time.Time, sig signal, rtt time.Duration, inFlight
 				l.limit += 1 / l.limit
 			}
 		}
-	case signalOverload:
+	case signalOverload, signalServerError:
 		l.cut(now, overloadCut, false)
 	case signalTimeout:
 		l.cut(now, overloadCut, true)

@@ -21,8 +21,8 @@ func TestSignalOf(t *testing.T) {
 		{Response{StatusCode: 400}, signalNone},
 		{Response{StatusCode: 410}, signalNone},
 		{Response{StatusCode: 429}, signalOverload},
-		{Response{StatusCode: 500}, signalOverload},
-		{Response{StatusCode: 503}, signalOverload},
+		{Response{StatusCode: 500}, signalServerError},
+		{Response{StatusCode: 503}, signalServerError},
 		{Response{Err: errors.New("timeout")}, signalTimeout},
 	} {
 		if got := signalOf(c.r); got != c.want {

@@ -1,0 +1,145 @@
+package dispatcher_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/dispatcher"
+	"github.com/webhookd/webhookd/storage"
+)
+
+// TestCircuitOpensHoldsAndRecovers: a receiver that goes down opens its
+// endpoint's circuit after WEBHOOKD_CIRCUIT_AFTER failures; while it is
+// down its deliveries spend no attempts beyond those and the probes; once
+// it is back a probe closes the circuit and every delivery succeeds with
+// no manual step. An ops endpoint subscribed to the circuit events gets
+// circuit_opened and circuit_closed, signed; the endpoint they are about
+// never gets them.
+func TestCircuitOpensHoldsAndRecovers(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *dispatcher.Config) {
+		c.Concurrency = 20
+		c.EndpointInitialLimit = 1 // one request at a time: the failures are counted one by one
+		c.Schedule = dispatcher.Schedule{time.Second, time.Second, 2 * time.Second, 30 * time.Second, time.Minute}
+		c.Circuit = storage.CircuitConfig{After: 3, Probes: []time.Duration{time.Second, 2 * time.Second}}
+	})
+	down, set := switchable(t, http.StatusInternalServerError, 0)
+	ops := newReceiver(t, status(204))
+	ctx := context.Background()
+	ep, err := e.db.Store().CreateEndpoint(ctx, e.project.ID, storage.NewEndpoint{URL: down.URL, Secret: newSecret(t),
+		EventTypes: []string{"order.paid", webhookd.EventCircuitOpened, webhookd.EventCircuitClosed}}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.db.Store().CreateEndpoint(ctx, e.project.ID, storage.NewEndpoint{URL: ops.URL, Secret: newSecret(t),
+		EventTypes: []string{webhookd.EventCircuitOpened, webhookd.EventCircuitClosed}}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	ids := e.publish("order.paid", 10)
+	waitFor(t, 15*time.Second, "the circuit open", func() bool {
+		got, _ := e.db.Store().GetEndpoint(ctx, e.project.ID, ep.ID)
+		return got.Circuit != webhookd.CircuitClosed
+	})
+	// Down for 6 s: with probes after 1 s and then every 2 s, at most a
+	// handful of attempts beyond the 3 that opened it.
+	time.Sleep(6 * time.Second) // the outage itself: time is what is being measured
+	attempts := e.count(`SELECT count(*) FROM attempts a JOIN deliveries d ON d.id = a.delivery_id WHERE d.endpoint_id = $1`, ep.ID)
+	if attempts > 3+2+4 { // the 3, an attempt or two already under way, a probe a second or two
+		logAttempts(t, e, ep.ID)
+		t.Fatalf("%d attempts during a 6 s outage of an open circuit; want the 3 that opened it and a few probes", attempts)
+	}
+	t.Logf("%d attempts during the outage", attempts)
+	set(http.StatusNoContent)
+	deadline := time.Now().Add(20 * time.Second)
+	for _, id := range ids {
+		for e.delivery(id).Status != webhookd.DeliverySucceeded {
+			if time.Now().After(deadline) {
+				for _, k := range e.redis.Keys(ctx, "*held*").Val() {
+					t.Logf("%s: %v", k, e.redis.ZRangeWithScores(ctx, k, 0, -1).Val())
+				}
+				t.Logf("task %v", e.redis.HGetAll(ctx, "asynq:{webhookd}:t:"+id).Val()["state"])
+				t.Logf("circuit %v", e.count(`SELECT count(*) FROM endpoints WHERE circuit = 'closed'`))
+				e.waitStatus(id, webhookd.DeliverySucceeded, 0)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	got, _ := e.db.Store().GetEndpoint(ctx, e.project.ID, ep.ID)
+	if got.Circuit != webhookd.CircuitClosed {
+		t.Fatalf("circuit %s after recovery", got.Circuit)
+	}
+	waitFor(t, 10*time.Second, "circuit_opened and circuit_closed at the ops endpoint", func() bool {
+		return len(ops.requests()) == 2
+	})
+	var types []string
+	for _, r := range ops.requests() {
+		var body struct {
+			Type string          `json:"type"`
+			Data json.RawMessage `json:"data"`
+		}
+		json.Unmarshal(r.body, &body)
+		types = append(types, body.Type)
+		if r.header.Get("webhook-signature") == "" {
+			t.Fatalf("operational event unsigned: %v", r.header)
+		}
+	}
+	if types[0] != webhookd.EventCircuitOpened || types[1] != webhookd.EventCircuitClosed {
+		t.Fatalf("ops endpoint got %v", types)
+	}
+	for _, r := range down.requests() {
+		var body struct{ Type string }
+		json.Unmarshal(r.body, &body)
+		if body.Type != "order.paid" {
+			t.Fatalf("the endpoint the event is about got %s", body.Type)
+		}
+	}
+}
+
+// TestLongDeadEndpointIsDisabled: an endpoint with no success for the
+// disable window, while its attempts fail, is disabled (failing), and a
+// subscribed ops endpoint is told.
+func TestLongDeadEndpointIsDisabled(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *dispatcher.Config) {
+		c.Circuit = storage.CircuitConfig{After: -1, DisableAfter: 2 * time.Second}
+	})
+	dead := newReceiver(t, status(503))
+	ops := newReceiver(t, status(204))
+	ctx := context.Background()
+	ep, _ := e.db.Store().CreateEndpoint(ctx, e.project.ID, storage.NewEndpoint{URL: dead.URL, Secret: newSecret(t),
+		EventTypes: []string{"a"}}, time.Now())
+	e.db.Store().CreateEndpoint(ctx, e.project.ID, storage.NewEndpoint{URL: ops.URL, Secret: newSecret(t),
+		EventTypes: []string{webhookd.EventEndpointDisabled}}, time.Now())
+	e.publish("a", 1)
+	waitFor(t, 15*time.Second, "the endpoint disabled", func() bool {
+		got, _ := e.db.Store().GetEndpoint(ctx, e.project.ID, ep.ID)
+		return got.Status == webhookd.EndpointDisabled && got.DisabledReason != nil && *got.DisabledReason == webhookd.DisabledFailing
+	})
+	waitFor(t, 10*time.Second, "webhookd.endpoint.disabled at the ops endpoint", func() bool { return len(ops.requests()) == 1 })
+	var body struct{ Type string }
+	json.Unmarshal(ops.requests()[0].body, &body)
+	if body.Type != webhookd.EventEndpointDisabled {
+		t.Fatalf("ops endpoint got %s", body.Type)
+	}
+}
+
+// logAttempts logs the endpoint's attempts, oldest first.
+func logAttempts(t *testing.T, e *env, endpointID string) {
+	rows, err := e.db.Pool().Query(context.Background(), `SELECT a.started_at, a.delivery_id, a.status_code
+		FROM attempts a JOIN deliveries d ON d.id = a.delivery_id WHERE d.endpoint_id = $1 ORDER BY a.started_at`, endpointID)
+	if err != nil {
+		return
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var at time.Time
+		var id string
+		var code *int
+		rows.Scan(&at, &id, &code)
+		t.Logf("attempt %s %s %v", at.Format("15:04:05.000"), id, code)
+	}
+}
