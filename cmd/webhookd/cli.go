@@ -48,7 +48,8 @@ var (
 		"max-batch-bytes", "trusted-proxies", "request-timeout", "drain-timeout", "log-level", "log-format"}
 	workerSettings = []string{"database-url", "database-max-conns", "redis-url", "dashboard-addr", "encryption-key",
 		"allow-private-networks", "retry-schedule", "connect-timeout", "response-timeout", "retention",
-		"worker-concurrency", "endpoint-initial-limit", "reconcile-interval", "drain-timeout", "log-level", "log-format"}
+		"worker-concurrency", "endpoint-initial-limit", "circuit-after", "circuit-probes", "endpoint-disable-after",
+		"reconcile-interval", "drain-timeout", "log-level", "log-format"}
 	allSettings = func() []string {
 		var all []string
 		for _, s := range settings {

@@ -29,6 +29,9 @@ type Config struct {
 	MaxBatchBytes        int64         // WEBHOOKD_MAX_BATCH_BYTES; 1048576
 	WorkerConcurrency    int           // WEBHOOKD_WORKER_CONCURRENCY; 500
 	EndpointInitialLimit int           // WEBHOOKD_ENDPOINT_INITIAL_LIMIT; 10
+	CircuitAfter         int           // WEBHOOKD_CIRCUIT_AFTER; 10 (0: no circuit breaker)
+	CircuitProbes        string        // WEBHOOKD_CIRCUIT_PROBES; 30s,1m,2m,5m,10m (the last repeats)
+	EndpointDisableAfter time.Duration // WEBHOOKD_ENDPOINT_DISABLE_AFTER; 120h (0: never)
 	DatabaseMaxConns     int           // WEBHOOKD_DATABASE_MAX_CONNS; 20
 	ReconcileInterval    time.Duration // WEBHOOKD_RECONCILE_INTERVAL; 5s
 	LogLevel             string        // WEBHOOKD_LOG_LEVEL; info
@@ -67,6 +70,9 @@ func DefaultConfig() Config {
 		APIAddr:              ":8080",
 		DashboardAddr:        ":8081",
 		RetrySchedule:        "1m,15m,1h,24h",
+		CircuitAfter:         10,
+		CircuitProbes:        "30s,1m,2m,5m,10m",
+		EndpointDisableAfter: 120 * time.Hour,
 		ConnectTimeout:       10 * time.Second,
 		ResponseTimeout:      30 * time.Second,
 		Retention:            336 * time.Hour,
@@ -109,6 +115,10 @@ func (c Config) Validate() error {
 		return errors.New("WEBHOOKD_WORKER_CONCURRENCY must be at least 1")
 	case c.EndpointInitialLimit < 1:
 		return errors.New("WEBHOOKD_ENDPOINT_INITIAL_LIMIT must be at least 1")
+	case c.CircuitAfter < 0:
+		return errors.New("WEBHOOKD_CIRCUIT_AFTER must not be negative (0 turns the circuit breaker off)")
+	case c.EndpointDisableAfter < 0:
+		return errors.New("WEBHOOKD_ENDPOINT_DISABLE_AFTER must not be negative (0: never)")
 	case c.DatabaseMaxConns < 4:
 		return errors.New("WEBHOOKD_DATABASE_MAX_CONNS must be at least 4")
 	case c.RequestTimeout <= 0:
@@ -157,6 +167,9 @@ var settings = []setting{
 	{"retention", "WEBHOOKD_RETENTION", plain, "how long deliveries, attempts and dead letters are kept (`DURATION`)", func(c *Config) any { return &c.Retention }},
 	{"worker-concurrency", "WEBHOOKD_WORKER_CONCURRENCY", plain, "parallel deliveries per worker (`N`)", func(c *Config) any { return &c.WorkerConcurrency }},
 	{"endpoint-initial-limit", "WEBHOOKD_ENDPOINT_INITIAL_LIMIT", plain, "the concurrency limit an endpoint starts from per worker; it adapts up to the endpoint's max_in_flight (`N`)", func(c *Config) any { return &c.EndpointInitialLimit }},
+	{"circuit-after", "WEBHOOKD_CIRCUIT_AFTER", plain, "consecutive failed attempts that open an endpoint's circuit; 0: no circuit breaker (`N`)", func(c *Config) any { return &c.CircuitAfter }},
+	{"circuit-probes", "WEBHOOKD_CIRCUIT_PROBES", plain, "waits before each probe of an open circuit, the last repeating (`LIST`)", func(c *Config) any { return &c.CircuitProbes }},
+	{"endpoint-disable-after", "WEBHOOKD_ENDPOINT_DISABLE_AFTER", plain, "disable an endpoint with no successful attempt for this long while its attempts fail; 0: never (`DURATION`)", func(c *Config) any { return &c.EndpointDisableAfter }},
 	{"reconcile-interval", "WEBHOOKD_RECONCILE_INTERVAL", plain, "how often due deliveries without a task are enqueued again (`DURATION`)", func(c *Config) any { return &c.ReconcileInterval }},
 	{"max-payload-bytes", "WEBHOOKD_MAX_PAYLOAD_BYTES", plain, "largest request body (`BYTES`)", func(c *Config) any { return &c.MaxPayloadBytes }},
 	{"max-batch-bytes", "WEBHOOKD_MAX_BATCH_BYTES", plain, "largest batch request body (`BYTES`)", func(c *Config) any { return &c.MaxBatchBytes }},

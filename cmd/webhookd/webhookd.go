@@ -126,6 +126,17 @@ func (m *Main) Start(ctx context.Context, roles Roles) error {
 	if err != nil {
 		return fmt.Errorf("WEBHOOKD_RETRY_SCHEDULE: %w", err)
 	}
+	probes, err := dispatcher.ParseSchedule(m.Config.CircuitProbes)
+	if err != nil {
+		return fmt.Errorf("WEBHOOKD_CIRCUIT_PROBES: %w", err)
+	}
+	circuit := storage.CircuitConfig{After: m.Config.CircuitAfter, Probes: probes, DisableAfter: m.Config.EndpointDisableAfter}
+	if circuit.After == 0 {
+		circuit.After = -1 // off, not the default
+	}
+	if circuit.DisableAfter == 0 {
+		circuit.DisableAfter = -1
+	}
 	// The limiter, every enqueue and asynq's own calls are Lua scripts:
 	// those of concurrent callers share one round trip.
 	batched := redisbatch.Wrap(m.Redis)
@@ -133,7 +144,7 @@ func (m *Main) Start(ctx context.Context, roles Roles) error {
 		EndpointInitialLimit: m.Config.EndpointInitialLimit, ReconcileInterval: m.Config.ReconcileInterval,
 		HTTP: dispatcher.HTTPConfig{ConnectTimeout: m.Config.ConnectTimeout, ResponseTimeout: m.Config.ResponseTimeout,
 			AllowPrivateNetworks: m.Config.AllowPrivateNetworks},
-		Retention: m.Config.Retention, Logger: m.Logger, Metrics: m.Registry}
+		Retention: m.Config.Retention, Circuit: circuit, Logger: m.Logger, Metrics: m.Registry}
 	m.Queue = dispatcher.NewQueue(batched, wcfg.Queue, wcfg.WithDefaults().TaskTimeout())
 	if roles.Worker {
 		var deliverer *dispatcher.Deliverer
