@@ -38,7 +38,7 @@ func (s *Server) endpointsPage(w http.ResponseWriter, r *http.Request) {
 	if cursor != "" && !strings.HasPrefix(cursor, "ep_") {
 		cursor = ""
 	}
-	rows, more, err := s.store.DashboardEndpoints(r.Context(), v.Now.Add(-24*time.Hour),
+	rows, more, err := s.store.DashboardEndpoints(r.Context(), "", v.Now.Add(-24*time.Hour),
 		storage.Page{Limit: s.cfg.PageSize, Cursor: cursor})
 	if err != nil {
 		s.fail(w, r, err)
