@@ -38,6 +38,8 @@ type Config struct {
 	RequestTimeout       time.Duration // WEBHOOKD_REQUEST_TIMEOUT; 30s
 	DrainTimeout         time.Duration // WEBHOOKD_DRAIN_TIMEOUT; 30s: on SIGTERM, the wait for requests in flight before their connections are closed
 	EncryptionKey        string        // WEBHOOKD_ENCRYPTION_KEY; none: secrets stored in clear
+	PortalBaseURL        string        // WEBHOOKD_PORTAL_BASE_URL; the dashboard's address: where portal links point
+	PortalFrameAncestors string        // WEBHOOKD_PORTAL_FRAME_ANCESTORS; none: origins that may frame the portal
 }
 
 // trustedProxies parses TrustedProxies; Validate reports its errors.
@@ -175,6 +177,8 @@ func (c *Config) bind(fs *flag.FlagSet, getenv func(string) string) func() error
 	str(&c.TrustedProxies, "trusted-proxies", "WEBHOOKD_TRUSTED_PROXIES",
 		"proxies (addresses or CIDRs, comma-separated) whose X-Forwarded-For is believed")
 	str(&c.EncryptionKey, "encryption-key", "WEBHOOKD_ENCRYPTION_KEY", "ID:BASE64KEY[,ID:BASE64KEY]: encrypt endpoint secrets at rest with the first")
+	str(&c.PortalBaseURL, "portal-base-url", "WEBHOOKD_PORTAL_BASE_URL", "where portal links point (default: the dashboard's address)")
+	str(&c.PortalFrameAncestors, "portal-frame-ancestors", "WEBHOOKD_PORTAL_FRAME_ANCESTORS", "origins, comma-separated, whose pages may frame the portal")
 	str(&c.LogFormat, "log-format", "WEBHOOKD_LOG_FORMAT", "json or text (default: JSON lines, text on a terminal)")
 	if v := getenv("WEBHOOKD_ALLOW_PRIVATE_NETWORKS"); v != "" {
 		b, err := strconv.ParseBool(v)

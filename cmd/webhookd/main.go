@@ -99,6 +99,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if cmd == "send" {
 		return runSend(ctx, args, getenv, stdout, stderr)
 	}
+	if cmd == "portal-link" {
+		return runPortalLink(ctx, args, getenv, stdout, stderr)
+	}
 	if cmd == "secrets" {
 		return runSecrets(ctx, args, getenv, stdout, stderr)
 	}
