@@ -381,3 +381,42 @@ func TestPortalActsOnItsOwnProject(t *testing.T) {
 		t.Fatal("catalog page lacks the entry")
 	}
 }
+
+// TestOperatorCatalogAndEndpointForm: the operator's dashboard shows every
+// project's catalog and edits any project's endpoint with the same form;
+// adding endpoints stays with the API and the portal.
+func TestOperatorCatalogAndEndpointForm(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	alphaEP, _ := f.seed("alpha", 0, "a")
+	f.seed("beta", 0, "a")
+	ctx := context.Background()
+	for _, name := range []string{"alpha", "beta"} {
+		p, _ := f.db.Store().ProjectByName(ctx, name)
+		if _, err := f.db.Store().CreateEventType(ctx, storage.EventType{ProjectID: p.ID, Name: name + ".created"}, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := f.client()
+	f.login(c)
+	_, body := f.do(c, "GET", "/event-types", nil, nil)
+	doc := parseHTML(t, body)
+	if doc.Find(`[data-event-type="alpha.created"]`).Length() != 1 || doc.Find(`[data-event-type="beta.created"]`).Length() != 1 {
+		t.Fatal("the operator's catalog page lacks a project's types")
+	}
+	resp, body := f.do(c, "GET", "/endpoints/"+alphaEP, nil, nil)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(body, `value="alpha.created"`) || strings.Contains(body, "beta.created") {
+		t.Fatalf("endpoint page: %d, or it offers another project's types", resp.StatusCode)
+	}
+	resp, body = f.do(c, "POST", "/endpoints/"+alphaEP, url.Values{"url": {"http://127.0.0.1:9/x"}}, nil)
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "loopback") {
+		t.Fatalf("a loopback URL without AllowPrivateNetworks: %d", resp.StatusCode)
+	}
+	resp, _ = f.do(c, "POST", "/endpoints/"+alphaEP, url.Values{"url": {"https://example.com/in"}, "event_type": {"alpha.created"}}, nil)
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/endpoints/"+alphaEP+"?saved=1" {
+		t.Fatalf("save: %d %q", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	if resp, _ = f.do(c, "POST", "/endpoints", url.Values{"url": {"https://example.com/in"}}, nil); resp.StatusCode == http.StatusSeeOther {
+		t.Fatal("the operator's dashboard added an endpoint")
+	}
+}
