@@ -180,8 +180,11 @@ func TestPortalFramedInBrowser(t *testing.T) {
 	t.Run("rotate the secret inside the frame", func(t *testing.T) {
 		fctx := step(t, frame)
 		if err := chromedp.Do(fctx, chromedp.Click(chromedp.CSS(`nav a[href$="/endpoints"]`)),
-			chromedp.WaitVisible(chromedp.CSS(`tr[data-endpoint-id="`+epID+`"] .reveal-secret`)),
-			chromedp.Click(chromedp.CSS(`tr[data-endpoint-id="`+epID+`"] .reveal-secret`)),
+			chromedp.WaitVisible(chromedp.CSS(`tr[data-endpoint-id="`+epID+`"] .reveal-secret`))); err != nil {
+			t.Fatal(err)
+		}
+		screenshot(t, ctx, "portal-framed-endpoints")
+		if err := chromedp.Do(fctx, chromedp.Click(chromedp.CSS(`tr[data-endpoint-id="`+epID+`"] .reveal-secret`)),
 			chromedp.WaitVisible(chromedp.ID("rotate-secret")), chromedp.Click(chromedp.ID("rotate-secret")),
 			chromedp.WaitVisible(chromedp.ID("previous-secret"))); err != nil {
 			t.Fatal(err)
