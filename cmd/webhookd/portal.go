@@ -40,7 +40,7 @@ func (c Config) portalFrameAncestors() []string {
 	var out []string
 	for _, o := range strings.FieldsFunc(c.PortalFrameAncestors, func(r rune) bool { return r == ',' || r == ' ' }) {
 		if o != "none" && o != "'none'" {
-			out = append(out, o)
+			out = append(out, strings.TrimSuffix(o, "/")) // an origin, written as a URL
 		}
 	}
 	return out
