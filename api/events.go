@@ -30,6 +30,17 @@ func (s *Server) events(limit int64, batch bool) func(http.ResponseWriter, *http
 			return
 		}
 		evs, invalid := s.parseEvents(c.body, batch)
+		if invalid == nil {
+			// The catalog's schemas, before anything is claimed or
+			// written: a mismatch is the body's own client error.
+			if err := s.validateEvents(c.ctx, c.project.ID, evs, fieldPrefixer(batch)); err != nil {
+				if webhookd.ErrorCode(err) != webhookd.CodeValidationFailed {
+					s.fail(w, c, err)
+					return
+				}
+				invalid = err
+			}
+		}
 		now := s.clock.Now()
 		res, err := s.ingester.Ingest(c.ctx, storage.IngestRequest{Key: ik, Events: evs, Invalid: invalid, Now: now,
 			FieldPrefix: fieldPrefixer(batch),

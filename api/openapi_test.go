@@ -130,6 +130,20 @@ func TestRealResponsesMatchTheDocument(t *testing.T) {
 	job := check("POST", "/v1/dead-letters/replay", map[string]any{"event_type": "order.paid", "since": "2020-01-01T00:00:00Z"}, key(), 202)
 	check("GET", "/v1/jobs/"+job["job_id"].(string), nil, nil, 200)
 
+	// The catalog and portal links.
+	check("POST", "/v1/event-types", map[string]any{"name": "invoice.paid", "description": "An invoice was paid.",
+		"schema": map[string]any{"type": "object", "required": []string{"amount"}}, "example": map[string]any{"amount": 5},
+		"validate": true}, key(), 201)
+	check("POST", "/v1/event-types", map[string]any{"name": "order.paid"}, key(), 201)
+	check("GET", "/v1/event-types?limit=1", nil, nil, 200)
+	check("GET", "/v1/event-types/invoice.paid", nil, nil, 200)
+	check("PATCH", "/v1/event-types/invoice.paid", map[string]any{"description": "Paid.", "example": nil}, nil, 200)
+	check("DELETE", "/v1/event-types/order.paid", nil, nil, 200)
+	check("GET", "/v1/event-types?archived=true", nil, nil, 200)
+	check("POST", "/v1/events", map[string]any{"type": "invoice.paid", "data": map[string]any{}}, key(), 400)
+	check("POST", "/v1/portal-sessions", map[string]any{"ttl": "1h"}, key(), 201)
+	check("POST", "/v1/portal-sessions", nil, key(), 201)
+
 	// Errors.
 	check("POST", "/v1/events", map[string]any{"type": "bad type", "data": 1}, key(), 400)
 	check("POST", "/v1/events", map[string]any{"type": "a", "data": 1}, nil, 400)

@@ -73,6 +73,10 @@ type Config struct {
 	// RequestTimeout bounds a request: past it the API answers 503 timeout
 	// and the work goes on (timeout.go); default 30s.
 	RequestTimeout time.Duration
+	// PortalBaseURL is where the links POST /v1/portal-sessions makes
+	// point (the dashboard's URL, or WEBHOOKD_PORTAL_BASE_URL); default
+	// "": links are paths only.
+	PortalBaseURL string
 }
 
 // WithDefaults fills zero values.
@@ -156,6 +160,7 @@ type Server struct {
 	// request, so their stacks grow once rather than on every request.
 	warm    *warm.Pool
 	keys    *keyCache
+	schemas *schemaCache       // the event-type catalog's schemas (schemas.go)
 	stop    context.CancelFunc // ends the key-revocation watch
 	mux     *http.ServeMux
 	handler http.Handler // mux, counted (metrics.go), bounded in time (timeout.go)
@@ -171,7 +176,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, db: cfg.DB, log: cfg.Logger, clock: cfg.Clock, mux: http.NewServeMux(), keys: newKeyCache(),
-		warm: warm.New(time.Minute)}
+		schemas: newSchemaCache(), warm: warm.New(time.Minute)}
 	var err error
 	if s.limiter, err = newRateLimiter(cfg.Redis, cfg.RateLimitPrefix, cfg.RateLimitWindow, cfg.RedisTimeout, cfg.Logger, cfg.Metrics); err != nil {
 		return nil, err
@@ -235,6 +240,12 @@ func (s *Server) routes() {
 	s.handle("GET /v1/dead-letters", s.plain(s.listDeadLetters))
 	s.handle("POST /v1/dead-letters/replay", s.idempotent(p, s.replayDeadLetters))
 	s.handle("GET /v1/jobs/{id}", s.plain(s.getJob))
+	s.handle("POST /v1/portal-sessions", s.idempotent(p, s.createPortalSession))
+	s.handle("POST /v1/event-types", s.idempotent(p, s.createEventType))
+	s.handle("GET /v1/event-types", s.plain(s.listEventTypes))
+	s.handle("GET /v1/event-types/{name}", s.plain(s.getEventType))
+	s.handle("PATCH /v1/event-types/{name}", s.withBody(p, s.patchEventType))
+	s.handle("DELETE /v1/event-types/{name}", s.plain(s.deleteEventType))
 	s.public("GET /v1/openapi.json", serveOpenAPI)
 	s.handle("/", s.plain(s.noRoute)) // 404, or 405 with Allow
 }

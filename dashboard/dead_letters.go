@@ -31,14 +31,17 @@ func (s *Server) deadLettersPage(w http.ResponseWriter, r *http.Request) {
 		v.Error, status = "Unknown reason: choose exhausted, client error, redirect or endpoint disabled.", http.StatusBadRequest
 	}
 	v.Flash, v.FlashKind = replayFlash(q)
+	sc := scopeOf(r.Context())
 	var err error
-	if v.Projects, err = s.store.DashboardProjects(r.Context()); err != nil {
+	if sc.portal() {
+		v.Filter.Project = ""
+	} else if v.Projects, err = s.store.DashboardProjects(r.Context()); err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	if status == http.StatusOK {
 		var more bool
-		v.Rows, more, err = s.store.DashboardDeadLetters(r.Context(), s.deadLetterFilter(v.Filter),
+		v.Rows, more, err = s.store.DashboardDeadLetters(r.Context(), s.deadLetterFilter(sc, v.Filter),
 			storage.Page{Limit: s.cfg.PageSize, Cursor: cursor})
 		if err != nil {
 			s.fail(w, r, err)
@@ -54,8 +57,14 @@ func (s *Server) deadLettersPage(w http.ResponseWriter, r *http.Request) {
 	s.render(w, r, status, deadLettersList(v))
 }
 
-func (s *Server) deadLetterFilter(f deadLetterFilter) storage.DashboardDeadLetterFilter {
-	return storage.DashboardDeadLetterFilter{ProjectID: f.Project, EndpointID: f.Endpoint, EventType: f.EventType,
+// deadLetterFilter is the storage filter of f in the scope: a portal's
+// project whatever f says.
+func (s *Server) deadLetterFilter(sc scope, f deadLetterFilter) storage.DashboardDeadLetterFilter {
+	project := f.Project
+	if sc.portal() {
+		project = sc.ProjectID
+	}
+	return storage.DashboardDeadLetterFilter{ProjectID: project, EndpointID: f.Endpoint, EventType: f.EventType,
 		Reason: f.Reason, Since: s.cfg.Clock.Now().Add(-s.cfg.Window)}
 }
 
@@ -113,6 +122,13 @@ func (s *Server) replaySelected(w http.ResponseWriter, r *http.Request, ids []st
 		s.fail(w, r, err)
 		return
 	}
+	sc := scopeOf(ctx)
+	for _, d := range refs {
+		if !sc.owns(d.ProjectID) {
+			s.render(w, r, http.StatusNotFound, errorPage("Not found", "No such dead letter."))
+			return
+		}
+	}
 	requested, disabled := 0, 0
 	for _, d := range refs {
 		if err := s.requestRedelivery(ctx, d.ProjectID, d.DeliveryID); err != nil {
@@ -130,13 +146,13 @@ func (s *Server) replaySelected(w http.ResponseWriter, r *http.Request, ids []st
 	}
 	back := deadLetterFilterOf(r.PostForm.Get).query("", url.Values{"requested": {strconv.Itoa(requested)},
 		"disabled": {strconv.Itoa(disabled)}})
-	http.Redirect(w, r, back, http.StatusSeeOther)
+	redirect(w, r, back)
 }
 
 func (s *Server) replayAll(w http.ResponseWriter, r *http.Request, f deadLetterFilter) {
 	ctx, now := r.Context(), s.cfg.Clock.Now()
 	f.Reason = "" // a job cannot select by reason; the button is disabled then
-	projects, err := s.store.DeadLetterProjects(ctx, s.deadLetterFilter(f))
+	projects, err := s.store.DeadLetterProjects(ctx, s.deadLetterFilter(scopeOf(ctx), f))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -157,7 +173,7 @@ func (s *Server) replayAll(w http.ResponseWriter, r *http.Request, f deadLetterF
 			}
 		}
 	}
-	http.Redirect(w, r, "/jobs?"+jobs.Encode(), http.StatusSeeOther)
+	redirect(w, r, "/jobs?"+jobs.Encode())
 }
 
 // jobs shows the replay jobs named by ?id=.
@@ -169,6 +185,11 @@ func (s *Server) jobs(w http.ResponseWriter, r *http.Request) {
 	jobs, err := s.store.DashboardJobs(r.Context(), ids)
 	if err != nil {
 		s.fail(w, r, err)
+		return
+	}
+	sc := scopeOf(r.Context())
+	if slices.ContainsFunc(jobs, func(j storage.JobRow) bool { return !sc.owns(j.ProjectID) }) {
+		s.render(w, r, http.StatusNotFound, errorPage("Not found", "No such replay job."))
 		return
 	}
 	v := jobsView{Jobs: jobs, Now: s.cfg.Clock.Now()}

@@ -30,10 +30,18 @@ var endpointFlash = map[string]struct{ text, kind string }{
 	webhookd.CodeNotFound: {"No such endpoint (it may have been deleted).", "error"},
 }
 
-// endpointsPage lists the live endpoints, newest first, a page at a time.
+// endpointsPage lists the live endpoints of the scope, newest first, a page
+// at a time.
 func (s *Server) endpointsPage(w http.ResponseWriter, r *http.Request) {
+	s.renderEndpoints(w, r, http.StatusOK, endpointFormView{})
+}
+
+// renderEndpoints renders the endpoints page with status, and the form that
+// adds an endpoint as f holds it.
+func (s *Server) renderEndpoints(w http.ResponseWriter, r *http.Request, status int, f endpointFormView) {
 	q := r.URL.Query()
-	v := endpointsView{Now: s.cfg.Clock.Now()}
+	sc := scopeOf(r.Context())
+	v := endpointsView{Now: s.cfg.Clock.Now(), Form: f}
 	if f, ok := endpointFlash[q.Get("done")]; ok {
 		v.Flash, v.FlashKind = f.text, f.kind
 	}
@@ -41,7 +49,7 @@ func (s *Server) endpointsPage(w http.ResponseWriter, r *http.Request) {
 	if cursor != "" && !strings.HasPrefix(cursor, "ep_") {
 		cursor = ""
 	}
-	rows, more, err := s.store.DashboardEndpoints(r.Context(), v.Now.Add(-24*time.Hour),
+	rows, more, err := s.store.DashboardEndpoints(r.Context(), sc.ProjectID, v.Now.Add(-24*time.Hour),
 		storage.Page{Limit: s.cfg.PageSize, Cursor: cursor})
 	if err != nil {
 		s.fail(w, r, err)
@@ -54,15 +62,30 @@ func (s *Server) endpointsPage(w http.ResponseWriter, r *http.Request) {
 	if cursor != "" {
 		v.FirstURL = "/endpoints"
 	}
-	s.render(w, r, http.StatusOK, endpointsList(v))
+	if sc.portal() {
+		if v.Form.Catalog, err = s.catalog(r.Context(), sc.ProjectID); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
+	s.render(w, r, status, endpointsList(v))
 }
 
-// endpointOf returns the live endpoint the path names, or redirects back to
-// the list saying it is gone.
+// endpointOf returns the live endpoint the path names, if the scope may
+// see it. Else the operator goes back to the list, which says it is gone;
+// a portal gets a 404, for an endpoint of another project as for one
+// deleted.
 func (s *Server) endpointOf(w http.ResponseWriter, r *http.Request) (webhookd.Endpoint, bool) {
 	ep, err := s.store.DashboardEndpoint(r.Context(), r.PathValue("id"))
+	if err == nil && !scopeOf(r.Context()).owns(ep.ProjectID) {
+		err = webhookd.ErrNotFound
+	}
 	if webhookd.ErrorCode(err) == webhookd.CodeNotFound {
-		http.Redirect(w, r, "/endpoints?done="+webhookd.CodeNotFound, http.StatusSeeOther)
+		if scopeOf(r.Context()).portal() { // SPEC §5b: another project's id is a 404
+			s.render(w, r, http.StatusNotFound, errorPage("Not found", "No such endpoint (it may have been deleted)."))
+			return ep, false
+		}
+		redirect(w, r, "/endpoints?done="+webhookd.CodeNotFound)
 		return ep, false
 	}
 	if err != nil {
@@ -88,7 +111,7 @@ func (s *Server) setEndpointStatus(w http.ResponseWriter, r *http.Request) {
 	if _, err := s.store.UpdateEndpoint(r.Context(), ep.ProjectID, ep.ID, storage.EndpointPatch{Status: &status},
 		s.cfg.Clock.Now()); err != nil {
 		if webhookd.ErrorCode(err) == webhookd.CodeNotFound {
-			http.Redirect(w, r, "/endpoints?done="+webhookd.CodeNotFound, http.StatusSeeOther)
+			redirect(w, r, "/endpoints?done="+webhookd.CodeNotFound)
 			return
 		}
 		s.fail(w, r, err)
@@ -98,7 +121,7 @@ func (s *Server) setEndpointStatus(w http.ResponseWriter, r *http.Request) {
 	if status == webhookd.EndpointDisabled {
 		done = "disabled"
 	}
-	http.Redirect(w, r, "/endpoints?done="+done, http.StatusSeeOther)
+	redirect(w, r, "/endpoints?done="+done)
 }
 
 // setMaxInFlight changes the endpoint's max_in_flight (the ceiling of its
@@ -110,7 +133,7 @@ func (s *Server) setMaxInFlight(w http.ResponseWriter, r *http.Request) {
 	if v := strings.TrimSpace(r.PostFormValue("max_in_flight")); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > webhookd.DefaultMaxInFlight {
-			http.Redirect(w, r, "/endpoints?done=bad_max_in_flight", http.StatusSeeOther)
+			redirect(w, r, "/endpoints?done=bad_max_in_flight")
 			return
 		}
 		m = &n
@@ -122,13 +145,13 @@ func (s *Server) setMaxInFlight(w http.ResponseWriter, r *http.Request) {
 	if _, err := s.store.UpdateEndpoint(r.Context(), ep.ProjectID, ep.ID, storage.EndpointPatch{MaxInFlight: &m},
 		s.cfg.Clock.Now()); err != nil {
 		if webhookd.ErrorCode(err) == webhookd.CodeNotFound {
-			http.Redirect(w, r, "/endpoints?done="+webhookd.CodeNotFound, http.StatusSeeOther)
+			redirect(w, r, "/endpoints?done="+webhookd.CodeNotFound)
 			return
 		}
 		s.fail(w, r, err)
 		return
 	}
-	http.Redirect(w, r, "/endpoints?done=max_in_flight", http.StatusSeeOther)
+	redirect(w, r, "/endpoints?done=max_in_flight")
 }
 
 // sendTestEvent sends a webhookd.test event to this endpoint alone, as POST
@@ -138,7 +161,7 @@ func (s *Server) sendTestEvent(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	disabled := func() { http.Redirect(w, r, "/endpoints?done=test_disabled", http.StatusSeeOther) }
+	disabled := func() { redirect(w, r, "/endpoints?done=test_disabled") }
 	if ep.Status != webhookd.EndpointActive {
 		disabled()
 		return
@@ -161,7 +184,7 @@ func (s *Server) sendTestEvent(w http.ResponseWriter, r *http.Request) {
 			s.log.Warn("enqueue test event failed; the reconciler will pick the delivery up", "delivery_id", d.ID, "err", err)
 		}
 	}
-	http.Redirect(w, r, deliveryPath(d.ID), http.StatusSeeOther)
+	redirect(w, r, deliveryPath(d.ID))
 }
 
 // revealSecret shows the endpoint's signing secrets, as GET
@@ -183,10 +206,12 @@ func (s *Server) rotateSecret(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	raw := make([]byte, 32)
-	rand.Read(raw)
-	ep, err := s.store.RotateSecret(r.Context(), ep.ProjectID, ep.ID, "whsec_"+base64.StdEncoding.EncodeToString(raw),
-		s.cfg.Clock.Now())
+	secret, err := newSecret()
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	ep, err = s.store.RotateSecret(r.Context(), ep.ProjectID, ep.ID, secret, s.cfg.Clock.Now())
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -203,4 +228,13 @@ func (s *Server) secretView(ep webhookd.Endpoint, rotated bool) secretView {
 		v.Rotated = false
 	}
 	return v
+}
+
+// newSecret returns whsec_ + base64 of 32 random bytes, as the API makes.
+func newSecret() (string, error) {
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		return "", err
+	}
+	return "whsec_" + base64.StdEncoding.EncodeToString(raw), nil
 }

@@ -91,13 +91,20 @@ func (s *Server) deliveriesPage(w http.ResponseWriter, r *http.Request) {
 	if msg := v.Filter.validate(); msg != "" {
 		v.Error, status = msg, http.StatusBadRequest
 	}
+	sc := scopeOf(r.Context())
 	var err error
-	if v.Projects, err = s.store.DashboardProjects(r.Context()); err != nil {
+	if sc.portal() {
+		v.Filter.Project = "" // a portal sees its own project only
+	} else if v.Projects, err = s.store.DashboardProjects(r.Context()); err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	if status == http.StatusOK {
-		f := storage.DashboardFilter{Status: v.Filter.Status, ProjectID: v.Filter.Project, EndpointID: v.Filter.Endpoint,
+		project := v.Filter.Project
+		if sc.portal() {
+			project = sc.ProjectID
+		}
+		f := storage.DashboardFilter{Status: v.Filter.Status, ProjectID: project, EndpointID: v.Filter.Endpoint,
 			EventType: v.Filter.EventType, EventID: v.Filter.EventID, DeliveryID: v.Filter.DeliveryID,
 			Since: now.Add(-s.cfg.Window)}
 		var more bool
@@ -112,13 +119,31 @@ func (s *Server) deliveriesPage(w http.ResponseWriter, r *http.Request) {
 	}
 	if cursor != "" {
 		v.FirstURL = v.Filter.query("")
-	} else if o, err := s.store.Overview(r.Context(), now, s.cfg.ChartWindow, s.cfg.ChartSettle); err != nil {
+	} else if o, err := s.overview(r.Context(), sc, now); err != nil {
 		s.log.Error("dashboard: overview failed; the page goes without its chart", "err", err)
 	} else {
 		c := newChart(o, windowText(s.cfg.ChartWindow))
 		v.Chart = &c
 	}
 	s.render(w, r, status, deliveriesList(v))
+}
+
+// overview is the chart's data: every project's, or the portal's own.
+func (s *Server) overview(ctx context.Context, sc scope, now time.Time) (storage.Overview, error) {
+	if sc.portal() {
+		return s.store.ProjectOverview(ctx, sc.ProjectID, now, s.cfg.ChartWindow)
+	}
+	return s.store.Overview(ctx, now, s.cfg.ChartWindow, s.cfg.ChartSettle)
+}
+
+// deliveryOf returns the delivery the path names, with its attempts, when
+// the scope may see it; else not_found.
+func (s *Server) deliveryOf(r *http.Request) (storage.DeliveryDetail, error) {
+	d, err := s.store.DashboardDelivery(r.Context(), r.PathValue("id"))
+	if err == nil && !scopeOf(r.Context()).owns(d.ProjectID) {
+		return storage.DeliveryDetail{}, webhookd.ErrNotFound
+	}
+	return d, err
 }
 
 // windowText says how far back the deliveries page looks.
@@ -139,12 +164,13 @@ var redeliveryFlash = map[string]struct{ text, kind string }{
 
 // deliveryPage shows one delivery with its payload and attempts.
 func (s *Server) deliveryPage(w http.ResponseWriter, r *http.Request) {
-	d, err := s.store.DashboardDelivery(r.Context(), r.PathValue("id"))
+	d, err := s.deliveryOf(r)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	v := deliveryView{D: d, Payload: prettyJSON(d.EventData), Now: s.cfg.Clock.Now(), CanInspect: s.cfg.Inspector != nil}
+	v := deliveryView{D: d, Payload: prettyJSON(d.EventData), Now: s.cfg.Clock.Now(),
+		CanInspect: s.cfg.Inspector != nil && !scopeOf(r.Context()).portal()}
 	if f, ok := redeliveryFlash[r.URL.Query().Get("redelivery")]; ok {
 		v.Flash, v.FlashKind = f.text, f.kind
 	}
@@ -159,7 +185,7 @@ func (s *Server) deliveryPage(w http.ResponseWriter, r *http.Request) {
 func (s *Server) redeliver(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	id := r.PathValue("id")
-	d, err := s.store.DashboardDelivery(ctx, id)
+	d, err := s.deliveryOf(r)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -176,20 +202,20 @@ func (s *Server) redeliver(w http.ResponseWriter, r *http.Request) {
 			outcome = webhookd.CodeInternal
 		}
 	}
-	http.Redirect(w, r, deliveryPath(id)+"?redelivery="+outcome, http.StatusSeeOther)
+	redirect(w, r, deliveryPath(id)+"?redelivery="+outcome)
 }
 
 // requestRedelivery asks for one manual attempt of a delivery as the API
-// does: recorded in PostgreSQL (endpoint_disabled, not_found refused), then
+// does, recorded as asked for by the scope's actor (dashboard or portal): recorded in PostgreSQL (endpoint_disabled, not_found refused), then
 // enqueued; an enqueue that fails is only logged, since the reconciler
 // enqueues recorded requests again.
 func (s *Server) requestRedelivery(ctx context.Context, projectID, deliveryID string) error {
-	requestID := storage.NewRequestID()
-	if _, err := s.store.RequestRedelivery(ctx, projectID, deliveryID, requestID, "dashboard"); err != nil {
+	requestID, by := storage.NewRequestID(), scopeOf(ctx).actor()
+	if _, err := s.store.RequestRedelivery(ctx, projectID, deliveryID, requestID, by); err != nil {
 		return err
 	}
 	if s.cfg.Enqueuer != nil {
-		if err := s.cfg.Enqueuer.EnqueueManual(context.WithoutCancel(ctx), requestID, deliveryID, "dashboard"); err != nil {
+		if err := s.cfg.Enqueuer.EnqueueManual(context.WithoutCancel(ctx), requestID, deliveryID, by); err != nil {
 			s.log.Warn("enqueue redelivery failed; the reconciler will pick it up", "delivery_id", deliveryID, "err", err)
 		}
 	}

@@ -19,8 +19,11 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/webhookd/webhookd"
@@ -59,6 +62,13 @@ type Config struct {
 	// default timeouts).
 	ChartWindow time.Duration
 	ChartSettle time.Duration
+	// PortalFrameAncestors are the origins ("https://app.example.com")
+	// whose pages may frame the portal (CSP frame-ancestors); default none:
+	// the portal, like the operator's pages, cannot be framed.
+	PortalFrameAncestors []string
+	// AllowPrivateNetworks lets endpoint URLs entered in the portal name
+	// loopback and private addresses, as the API's option; default false.
+	AllowPrivateNetworks bool
 }
 
 // WithDefaults fills zero values.
@@ -117,6 +127,11 @@ func (c Config) Validate() error {
 	case c.InspectorMaxBody < 1:
 		return errors.New("dashboard: InspectorMaxBody must be positive")
 	}
+	for _, o := range c.PortalFrameAncestors {
+		if !validFrameAncestor(o) {
+			return fmt.Errorf("dashboard: PortalFrameAncestors: %q is not an origin such as https://app.example.com", o)
+		}
+	}
 	return nil
 }
 
@@ -136,6 +151,11 @@ type Server struct {
 	sessions *sessions
 	limiter  *loginLimiter
 	handler  http.Handler
+	// portalSessions and portalLimiter are the portal's sessions and its
+	// limit on links that fail to open, per client address.
+	portalSessions *portalSessions
+	portalLimiter  *loginLimiter
+	portalCSP      string
 }
 
 // New returns the dashboard.
@@ -145,8 +165,11 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, store: cfg.DB.Store(), log: cfg.Logger,
-		sessions: newSessions(cfg.AdminToken, cfg.SessionTTL),
-		limiter:  newLoginLimiter(cfg.FailedLoginBurst, cfg.FailedLoginEvery)}
+		sessions:       newSessions(cfg.AdminToken, cfg.SessionTTL),
+		limiter:        newLoginLimiter(cfg.FailedLoginBurst, cfg.FailedLoginEvery),
+		portalSessions: newPortalSessions(cfg.AdminToken, cfg.SessionTTL),
+		portalLimiter:  newLoginLimiter(cfg.FailedLoginBurst, cfg.FailedLoginEvery),
+		portalCSP:      portalCSP(cfg.PortalFrameAncestors)}
 	mux := http.NewServeMux()
 	mux.Handle("GET /static/", http.StripPrefix("/static/", staticFiles()))
 	mux.HandleFunc("GET /login", s.loginPage)
@@ -170,6 +193,11 @@ func New(cfg Config) (*Server, error) {
 	mux.Handle("POST /endpoints/{id}/max-in-flight", s.authed(s.setMaxInFlight))
 	mux.Handle("POST /endpoints/{id}/secret", s.authed(s.revealSecret))
 	mux.Handle("POST /endpoints/{id}/rotate-secret", s.authed(s.rotateSecret))
+	mux.Handle("GET /endpoints/{id}", s.authed(s.endpointPage))
+	mux.Handle("POST /endpoints/{id}", s.authed(s.updateEndpoint))
+	mux.Handle("GET /event-types", s.authed(s.eventTypesPage))
+	mux.HandleFunc("GET /portal/open/{token}", s.openPortal)
+	mux.Handle("/portal/", s.portal(s.portalMux()))
 	mux.Handle("/", s.authed(func(w http.ResponseWriter, r *http.Request) {
 		s.render(w, r, http.StatusNotFound, errorPage("Not found", "There is no page here."))
 	}))
@@ -178,7 +206,7 @@ func New(cfg Config) (*Server, error) {
 		s.render(w, r, http.StatusForbidden, errorPage("Cross-origin request refused",
 			"This form was posted from another site or origin, so nothing was done."))
 	}))
-	s.handler = securityHeaders(cop.Handler(mux))
+	s.handler = s.securityHeaders(cop.Handler(mux))
 	return s, nil
 }
 
@@ -190,14 +218,47 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.S
 const contentSecurityPolicy = "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; " +
 	"frame-ancestors 'none'; base-uri 'none'"
 
-// securityHeaders sets the headers every dashboard response carries.
-func securityHeaders(h http.Handler) http.Handler {
+// portalCSP is the portal's policy: the dashboard's, but framable by the
+// origins listed.
+func portalCSP(ancestors []string) string {
+	if len(ancestors) == 0 {
+		return contentSecurityPolicy
+	}
+	return strings.Replace(contentSecurityPolicy, "frame-ancestors 'none'",
+		"frame-ancestors "+strings.Join(ancestors, " "), 1)
+}
+
+// validFrameAncestor accepts an origin (scheme://host[:port], no path) or
+// 'self': nothing that could end the directive or add another.
+func validFrameAncestor(o string) bool {
+	if o == "'self'" {
+		return true
+	}
+	u, err := url.Parse(o)
+	return err == nil && (u.Scheme == "https" || u.Scheme == "http") && u.Host != "" && u.Path == "" &&
+		u.RawQuery == "" && u.Fragment == "" && u.User == nil && !strings.ContainsAny(o, " ;,'\"\t\r\n")
+}
+
+// securityHeaders sets the headers every dashboard response carries. The
+// operator's pages are never framed; the portal's may be, by the origins
+// of Config.PortalFrameAncestors (so no X-Frame-Options then, which cannot
+// name them), and its addresses may carry a session, so no Referer leaves
+// them.
+func (s *Server) securityHeaders(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hd := w.Header()
-		hd.Set("Content-Security-Policy", contentSecurityPolicy)
 		hd.Set("X-Content-Type-Options", "nosniff")
-		hd.Set("X-Frame-Options", "DENY")
-		hd.Set("Referrer-Policy", "same-origin")
+		if isPortalPath(r.URL.Path) {
+			hd.Set("Content-Security-Policy", s.portalCSP)
+			hd.Set("Referrer-Policy", "no-referrer")
+			if len(s.cfg.PortalFrameAncestors) == 0 {
+				hd.Set("X-Frame-Options", "DENY")
+			}
+		} else {
+			hd.Set("Content-Security-Policy", contentSecurityPolicy)
+			hd.Set("X-Frame-Options", "DENY")
+			hd.Set("Referrer-Policy", "same-origin")
+		}
 		h.ServeHTTP(w, r)
 	})
 }

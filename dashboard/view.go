@@ -239,6 +239,7 @@ type jobsView struct {
 }
 
 type endpointsView struct {
+	Form      endpointFormView // the form that adds one (portal)
 	Rows      []storage.EndpointRow
 	Now       time.Time
 	Flash     string

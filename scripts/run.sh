@@ -83,6 +83,9 @@ if [[ -z ${WEBHOOKD_ADMIN_TOKEN:-} ]]; then
 	WEBHOOKD_ADMIN_TOKEN=wha_$(head -c 24 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')
 fi
 export WEBHOOKD_ADMIN_TOKEN
+# A one-time link into the integrators' portal for project "dev" (24 h).
+portal_link=$(WEBHOOKD_PORTAL_BASE_URL=${WEBHOOKD_PORTAL_BASE_URL:-$dash_url} bin/webhookd portal-link --project dev --ttl 24h)
+portal_link=${portal_link//[$'\r\n\t ']/}
 # The inspector's own bin (made by the migrations): what is posted to it shows
 # on the dashboard with its headers, body and signature check.
 bin_id=bin_inspector
@@ -112,6 +115,8 @@ cat <<EOF
    Dashboard:  $dash_url/
    Admin token: $WEBHOOKD_ADMIN_TOKEN
                (log in to the dashboard with it)
+   Portal:     $portal_link
+               (project "dev" as its integrators see it; the link opens once)
    Inspector:  $dash_url/inspector/bins/$bin_id
                (the endpoint below delivers here)
    Health:     $dash_url/healthz, /readyz, /metrics

@@ -312,12 +312,12 @@ type EndpointRow struct {
 	Load        EndpointLoad
 }
 
-// DashboardEndpoints returns a page of the live endpoints of every project,
-// newest first, and whether more follow. Each comes with its latest
+// DashboardEndpoints returns a page of the live endpoints of projectID (of
+// every project when it is ""), newest first, and whether more follow. Each comes with its latest
 // delivery (one index probe of (endpoint_id, id)) and the counts of its
 // deliveries made since since by state (ranges of the same index, so they
 // read those endpoints' deliveries of the period, never the attempts).
-func (s *Store) DashboardEndpoints(ctx context.Context, since time.Time, page Page) ([]EndpointRow, bool, error) {
+func (s *Store) DashboardEndpoints(ctx context.Context, projectID string, since time.Time, page Page) ([]EndpointRow, bool, error) {
 	rows, err := s.q.Query(ctx, `SELECT p.id, p.project_id, pr.name, p.url, p.description, p.status, p.disabled_reason,
 			p.created_at, p.max_in_flight, l.id, l.status, l.last_status_code, l.last_error, l.updated_at
 		FROM endpoints p JOIN projects pr ON pr.id = p.project_id
@@ -328,8 +328,8 @@ func (s *Store) DashboardEndpoints(ctx context.Context, since time.Time, page Pa
 			LEFT JOIN LATERAL (SELECT d.id FROM deliveries d
 				WHERE d.endpoint_id = p.id ORDER BY d.id DESC LIMIT 1) m ON true
 			LEFT JOIN deliveries l ON l.id = m.id
-		WHERE p.deleted_at IS NULL AND ($1 = '' OR p.id < $1)
-		ORDER BY p.id DESC LIMIT $2`, page.Cursor, page.Limit+1)
+		WHERE p.deleted_at IS NULL AND ($1 = '' OR p.id < $1) AND ($3 = '' OR p.project_id = $3)
+		ORDER BY p.id DESC LIMIT $2`, page.Cursor, page.Limit+1, projectID)
 	if err != nil {
 		return nil, false, fmt.Errorf("dashboard endpoints: %w", err)
 	}

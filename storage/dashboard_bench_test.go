@@ -128,7 +128,7 @@ func BenchmarkDashboardPages(b *testing.B) {
 	})
 	b.Run("endpoints", func(b *testing.B) {
 		for b.Loop() {
-			if _, _, err := s.DashboardEndpoints(ctx, now.Add(-24*time.Hour), page); err != nil {
+			if _, _, err := s.DashboardEndpoints(ctx, "", now.Add(-24*time.Hour), page); err != nil {
 				b.Fatal(err)
 			}
 		}

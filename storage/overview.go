@@ -127,3 +127,44 @@ func (s *Store) rollUp(ctx context.Context, from, until time.Time, window time.D
 	}
 	return nil
 }
+
+// ProjectOverview is Overview for one project, for its portal: its
+// attempts and dead letters of the window counted live (the rollup counts
+// every project together), joined to the project's deliveries, and its
+// backlog.
+func (s *Store) ProjectOverview(ctx context.Context, projectID string, now time.Time, window time.Duration) (Overview, error) {
+	var o Overview
+	from := now.Add(-window).UTC().Truncate(time.Minute)
+	end := now.UTC().Truncate(time.Minute).Add(time.Minute)
+	rows, err := s.q.Query(ctx, `WITH m AS (
+			SELECT generate_series($1::timestamptz, $2::timestamptz - interval '1 minute', interval '1 minute') AS minute
+		), a AS (
+			SELECT date_trunc('minute', a.started_at) AS minute,
+				count(*) FILTER (WHERE a.status_code BETWEEN 200 AND 299) AS ok,
+				count(*) FILTER (WHERE a.status_code IS NULL OR a.status_code NOT BETWEEN 200 AND 299) AS bad
+			FROM deliveries d JOIN attempts a ON a.delivery_id = d.id
+			WHERE d.project_id = $3 AND d.id >= $4 AND a.started_at >= $1 AND a.started_at < $2
+				AND a.trigger <> 'inspector' GROUP BY 1
+		), l AS (
+			SELECT date_trunc('minute', dead_lettered_at) AS minute, count(*) AS n
+			FROM dead_letters WHERE project_id = $3 AND dead_lettered_at >= $1 AND dead_lettered_at < $2 GROUP BY 1
+		)
+		SELECT m.minute, coalesce(a.ok, 0)::int, coalesce(a.bad, 0)::int, coalesce(l.n, 0)::int
+		FROM m LEFT JOIN a USING (minute) LEFT JOIN l USING (minute) ORDER BY m.minute`,
+		from, end, projectID, prefixDelivery+idFloor(from.Add(-3*24*time.Hour)))
+	if err != nil {
+		return o, fmt.Errorf("project overview: %w", err)
+	}
+	if o.Minutes, err = collect(rows, scanMinute); err != nil {
+		return o, fmt.Errorf("project overview: %w", err)
+	}
+	err = s.q.QueryRow(ctx, `SELECT count(*) FILTER (WHERE next_attempt_at <= $1), count(*) FROM (
+			SELECT next_attempt_at FROM deliveries WHERE project_id = $3 AND next_attempt_at IS NOT NULL LIMIT $2) w`,
+		now, BacklogCap+1, projectID).Scan(&o.Due, &o.Scheduled)
+	if err != nil {
+		return o, fmt.Errorf("project overview backlog: %w", err)
+	}
+	o.Capped = o.Scheduled > BacklogCap
+	o.Scheduled -= o.Due
+	return o, nil
+}

@@ -45,7 +45,8 @@ var (
 	dbSettings  = []string{"database-url", "log-level", "log-format"}
 	apiSettings = []string{"database-url", "database-max-conns", "redis-url", "api-addr", "dashboard-addr", "admin-token",
 		"encryption-key", "allow-private-networks", "connect-timeout", "response-timeout", "max-payload-bytes",
-		"max-batch-bytes", "trusted-proxies", "request-timeout", "drain-timeout", "log-level", "log-format"}
+		"max-batch-bytes", "trusted-proxies", "request-timeout", "drain-timeout", "portal-base-url", "portal-frame-ancestors",
+		"log-level", "log-format"}
 	workerSettings = []string{"database-url", "database-max-conns", "redis-url", "dashboard-addr", "encryption-key",
 		"allow-private-networks", "retry-schedule", "connect-timeout", "response-timeout", "retention",
 		"worker-concurrency", "endpoint-initial-limit", "circuit-after", "circuit-probes", "endpoint-disable-after",
@@ -82,6 +83,10 @@ var commands = []*command{
 			"if two keys that still work share it, give the key's id (key_...). Revoking a revoked key says\n" +
 			"when it was revoked and exits 0; a key that matches nothing exits 1 and changes nothing.",
 		settings: append(slices.Clone(dbSettings), "redis-url"), setup: keysRevoke},
+	{name: "portal-link", args: "--project NAME [--ttl 1h]",
+		summary:  "print a one-time link into the integrators' portal for a project",
+		about:    "The link points at WEBHOOKD_PORTAL_BASE_URL (or the dashboard's address); opening it spends it.",
+		settings: []string{"database-url", "dashboard-addr", "portal-base-url", "log-level", "log-format"}, setup: portalLink},
 	{name: "secrets reseal",
 		summary:  "encrypt every endpoint secret and stored response with the first key\nof WEBHOOKD_ENCRYPTION_KEY (after turning it on, or rotating)",
 		settings: []string{"database-url", "encryption-key", "log-level", "log-format"},

@@ -40,6 +40,8 @@ type Config struct {
 	RequestTimeout       time.Duration // WEBHOOKD_REQUEST_TIMEOUT; 30s
 	DrainTimeout         time.Duration // WEBHOOKD_DRAIN_TIMEOUT; 30s: on SIGTERM, the wait for requests in flight before their connections are closed
 	EncryptionKey        string        // WEBHOOKD_ENCRYPTION_KEY; none: secrets stored in clear
+	PortalBaseURL        string        // WEBHOOKD_PORTAL_BASE_URL; the dashboard's address: where portal links point
+	PortalFrameAncestors string        // WEBHOOKD_PORTAL_FRAME_ANCESTORS; none: origins that may frame the portal
 }
 
 // trustedProxies parses TrustedProxies; Validate reports its errors.
@@ -176,6 +178,8 @@ var settings = []setting{
 	{"trusted-proxies", "WEBHOOKD_TRUSTED_PROXIES", plain, "proxies (addresses or CIDRs, comma-separated: `LIST`) whose X-Forwarded-For is believed", func(c *Config) any { return &c.TrustedProxies }},
 	{"request-timeout", "WEBHOOKD_REQUEST_TIMEOUT", plain, "longest an API request may take before it answers 503 timeout (`DURATION`)", func(c *Config) any { return &c.RequestTimeout }},
 	{"drain-timeout", "WEBHOOKD_DRAIN_TIMEOUT", plain, "on SIGTERM, how long the listeners wait for requests in flight before closing their connections (`DURATION`)", func(c *Config) any { return &c.DrainTimeout }},
+	{"portal-base-url", "WEBHOOKD_PORTAL_BASE_URL", plain, "where portal links point (`URL`; default: the dashboard's address)", func(c *Config) any { return &c.PortalBaseURL }},
+	{"portal-frame-ancestors", "WEBHOOKD_PORTAL_FRAME_ANCESTORS", plain, "origins, comma-separated, whose pages may frame the portal (`LIST`)", func(c *Config) any { return &c.PortalFrameAncestors }},
 	{"log-level", "WEBHOOKD_LOG_LEVEL", plain, "`LEVEL`: debug, info, warn or error", func(c *Config) any { return &c.LogLevel }},
 	{"log-format", "WEBHOOKD_LOG_FORMAT", plain, "`FORMAT`: json or text (default: JSON lines, text on a terminal)", func(c *Config) any { return &c.LogFormat }},
 }

@@ -171,7 +171,7 @@ func (m *Main) Start(ctx context.Context, roles Roles) error {
 		srv, err := api.New(api.Config{DB: m.DB, Redis: batched, Enqueuer: m.Queue, Logger: m.Logger, Metrics: m.Registry,
 			MaxPayloadBytes: m.Config.MaxPayloadBytes, MaxBatchBytes: m.Config.MaxBatchBytes,
 			AllowPrivateNetworks: m.Config.AllowPrivateNetworks, TrustedProxies: proxies,
-			RequestTimeout: m.Config.RequestTimeout})
+			RequestTimeout: m.Config.RequestTimeout, PortalBaseURL: m.Config.portalBaseURL()})
 		if err != nil {
 			return err
 		}
@@ -216,7 +216,8 @@ func (m *Main) startDashboard() error {
 			"good until the process stops", "admin_token", m.Config.AdminToken)
 	}
 	d, err := dashboard.New(dashboard.Config{DB: m.DB, Enqueuer: m.Queue, AdminToken: m.Config.AdminToken,
-		Inspector: dispatcher.NewInspector(m.DB, nil, m.Logger), Logger: m.Logger})
+		Inspector: dispatcher.NewInspector(m.DB, nil, m.Logger), Logger: m.Logger,
+		PortalFrameAncestors: m.Config.portalFrameAncestors(), AllowPrivateNetworks: m.Config.AllowPrivateNetworks})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,224 @@
+package dashboard
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/internal/netguard"
+	"github.com/webhookd/webhookd/storage"
+)
+
+// The forms that add and change endpoints, and the event-type catalog
+// page: the portal's (and, for changing, the operator's) counterparts of
+// POST and PATCH /v1/endpoints, with the same rules.
+
+// catalogLimit caps the catalog entries a page shows.
+const catalogLimit = 500
+
+// maxFormEventTypes and maxFormDescription are the API's limits.
+const (
+	maxFormEventTypes  = 256
+	maxFormDescription = 1024
+)
+
+var formEventType = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
+
+// endpointFormView is the endpoint form as shown: the values entered (or
+// stored), the catalog to pick from, and what was wrong with a try.
+type endpointFormView struct {
+	URL         string
+	Description string
+	EventTypes  []string // ticked: of the catalog
+	OtherTypes  string   // the rest, comma-separated
+	Catalog     []storage.EventTypeRow
+	Error       string
+}
+
+type endpointPageView struct {
+	E     webhookd.Endpoint
+	Form  endpointFormView
+	Saved bool
+}
+
+type eventTypesView struct {
+	Rows []storage.EventTypeRow
+}
+
+func ratePerSecond(r *int) string {
+	if r == nil {
+		return "none"
+	}
+	return strconv.Itoa(*r) + " per second"
+}
+
+// catalog returns the live event types of a project, for the checkboxes.
+func (s *Server) catalog(ctx context.Context, projectID string) ([]storage.EventTypeRow, error) {
+	return s.store.DashboardEventTypes(ctx, projectID, catalogLimit)
+}
+
+// formOf fills a form view with stored values: types of the catalog are
+// ticked, the others listed as text.
+func formOf(e webhookd.Endpoint, catalog []storage.EventTypeRow) endpointFormView {
+	f := endpointFormView{URL: e.URL, Description: e.Description, Catalog: catalog}
+	var other []string
+	for _, t := range e.EventTypes {
+		if slices.ContainsFunc(catalog, func(c storage.EventTypeRow) bool { return c.Name == t }) {
+			f.EventTypes = append(f.EventTypes, t)
+		} else {
+			other = append(other, t)
+		}
+	}
+	f.OtherTypes = strings.Join(other, ", ")
+	return f
+}
+
+// readEndpointForm reads and checks a posted endpoint form: the URL as the
+// API accepts it, the description and event types within the API's limits.
+// A problem is returned as a sentence for the form.
+func (s *Server) readEndpointForm(w http.ResponseWriter, r *http.Request) (endpointFormView, []string, string) {
+	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+	if err := r.ParseForm(); err != nil {
+		return endpointFormView{}, nil, "The form could not be read."
+	}
+	f := endpointFormView{URL: strings.TrimSpace(r.PostForm.Get("url")), Description: r.PostForm.Get("description"),
+		EventTypes: r.PostForm["event_type"], OtherTypes: r.PostForm.Get("other_types")}
+	types := slices.Clone(f.EventTypes)
+	for _, t := range strings.Split(f.OtherTypes, ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			types = append(types, t)
+		}
+	}
+	slices.Sort(types)
+	types = slices.Compact(types)
+	if msg := s.checkEndpointURL(f.URL); msg != "" {
+		return f, nil, msg
+	}
+	if len(f.Description) > maxFormDescription {
+		return f, nil, fmt.Sprintf("The description must be at most %d characters.", maxFormDescription)
+	}
+	if len(types) > maxFormEventTypes {
+		return f, nil, fmt.Sprintf("Choose at most %d event types.", maxFormEventTypes)
+	}
+	for _, t := range types {
+		if !formEventType.MatchString(t) {
+			return f, nil, fmt.Sprintf("%q is not an event type: 1 to 128 characters of A-Z a-z 0-9 . _ : -", t)
+		}
+	}
+	if types == nil {
+		types = []string{}
+	}
+	return f, types, ""
+}
+
+// checkEndpointURL applies the API's rules for endpoint URLs
+// (webhookd.ParseEndpointURL, and no local or private host unless
+// Config.AllowPrivateNetworks).
+func (s *Server) checkEndpointURL(raw string) string {
+	u, err := webhookd.ParseEndpointURL(raw)
+	if err != nil {
+		return "The URL must be an absolute http or https address that can be reached, such as https://example.com/webhooks."
+	}
+	if s.cfg.AllowPrivateNetworks {
+		return ""
+	}
+	host := strings.ToLower(strings.TrimSuffix(u.Hostname(), "."))
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return "The URL must not point at localhost."
+	}
+	if ip, err := netip.ParseAddr(host); err == nil && !netguard.Allowed(ip) {
+		return "The URL must not point at a loopback, private, link-local or multicast address."
+	}
+	return ""
+}
+
+// createEndpoint adds an endpoint to the portal's project, as POST
+// /v1/endpoints does, and shows its page.
+func (s *Server) createEndpoint(w http.ResponseWriter, r *http.Request) {
+	sc := scopeOf(r.Context())
+	if !sc.portal() { // the operator creates endpoints through the API
+		s.render(w, r, http.StatusNotFound, errorPage("Not found", "There is no page here."))
+		return
+	}
+	f, types, msg := s.readEndpointForm(w, r)
+	if msg != "" {
+		f.Error = msg
+		s.renderEndpoints(w, r, http.StatusBadRequest, f)
+		return
+	}
+	secret, err := newSecret()
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	e, err := s.store.CreateEndpoint(r.Context(), sc.ProjectID, storage.NewEndpoint{URL: f.URL, Description: f.Description,
+		EventTypes: types, Secret: secret}, s.cfg.Clock.Now())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	redirect(w, r, endpointPath(e.ID)+"?saved=1")
+}
+
+// endpointPage shows an endpoint of the scope with its form.
+func (s *Server) endpointPage(w http.ResponseWriter, r *http.Request) {
+	ep, ok := s.endpointOf(w, r)
+	if !ok {
+		return
+	}
+	catalog, err := s.catalog(r.Context(), ep.ProjectID)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.render(w, r, http.StatusOK, endpointPage(endpointPageView{E: ep, Form: formOf(ep, catalog),
+		Saved: r.URL.Query().Get("saved") == "1"}))
+}
+
+// updateEndpoint changes an endpoint's URL, description and event types,
+// as PATCH /v1/endpoints/{id} does.
+func (s *Server) updateEndpoint(w http.ResponseWriter, r *http.Request) {
+	ep, ok := s.endpointOf(w, r)
+	if !ok {
+		return
+	}
+	f, types, msg := s.readEndpointForm(w, r)
+	if msg != "" {
+		catalog, err := s.catalog(r.Context(), ep.ProjectID)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		f.Catalog, f.Error = catalog, msg
+		s.render(w, r, http.StatusBadRequest, endpointPage(endpointPageView{E: ep, Form: f}))
+		return
+	}
+	_, err := s.store.UpdateEndpoint(r.Context(), ep.ProjectID, ep.ID, storage.EndpointPatch{URL: &f.URL,
+		Description: &f.Description, EventTypes: &types}, s.cfg.Clock.Now())
+	if webhookd.ErrorCode(err) == webhookd.CodeNotFound {
+		redirect(w, r, "/endpoints?done="+webhookd.CodeNotFound)
+		return
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	redirect(w, r, endpointPath(ep.ID)+"?saved=1")
+}
+
+// eventTypesPage shows the catalog of the scope: the portal's project's,
+// or every project's.
+func (s *Server) eventTypesPage(w http.ResponseWriter, r *http.Request) {
+	rows, err := s.catalog(r.Context(), scopeOf(r.Context()).ProjectID)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.render(w, r, http.StatusOK, eventTypesPage(eventTypesView{Rows: rows}))
+}
