@@ -134,6 +134,7 @@ type backlogCollector struct {
 	db                   *storage.DB
 	clock                webhookd.Clock
 	oldest, jobs, remain *prometheus.Desc
+	circuits, openFor    *prometheus.Desc
 }
 
 func newBacklogCollector(db *storage.DB, clock webhookd.Clock) *backlogCollector {
@@ -144,13 +145,19 @@ func newBacklogCollector(db *storage.DB, clock webhookd.Clock) *backlogCollector
 		jobs: prometheus.NewDesc("webhookd_jobs", "Background jobs (dead-letter replays) by status: queued or running.",
 			[]string{"status"}, nil),
 		remain: prometheus.NewDesc("webhookd_job_items_remaining",
-			"Dead letters the queued and running replay jobs have still to replay.", nil, nil)}
+			"Dead letters the queued and running replay jobs have still to replay.", nil, nil),
+		circuits: prometheus.NewDesc("webhookd_circuits_open",
+			"Endpoints whose circuit is open (or probing): their due deliveries wait for probes.", nil, nil),
+		openFor: prometheus.NewDesc("webhookd_circuit_open_longest_seconds",
+			"How long the longest-open endpoint circuit has been open; 0 when none is.", nil, nil)}
 }
 
 func (c *backlogCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.oldest
 	ch <- c.jobs
 	ch <- c.remain
+	ch <- c.circuits
+	ch <- c.openFor
 }
 
 func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
@@ -172,6 +179,12 @@ func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.jobs, prometheus.GaugeValue, float64(b.Jobs[status]), status)
 	}
 	ch <- prometheus.MustNewConstMetric(c.remain, prometheus.GaugeValue, float64(b.JobsRemaining))
+	ch <- prometheus.MustNewConstMetric(c.circuits, prometheus.GaugeValue, float64(b.CircuitsOpen))
+	openFor := 0.0
+	if b.OldestOpen != nil {
+		openFor = max(now.Sub(*b.OldestOpen).Seconds(), 0)
+	}
+	ch <- prometheus.MustNewConstMetric(c.openFor, prometheus.GaugeValue, openFor)
 }
 
 // queueCollector reports the asynq queue's size by task state at each

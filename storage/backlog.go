@@ -19,6 +19,10 @@ type Backlog struct {
 	// JobsRemaining the items those jobs have still to do.
 	Jobs          map[string]int
 	JobsRemaining int
+	// CircuitsOpen counts the endpoints whose circuit is not closed, and
+	// OldestOpen is when the longest-open of them opened.
+	CircuitsOpen int
+	OldestOpen   *time.Time
 }
 
 // ReadBacklog reads the Backlog at now.
@@ -64,5 +68,13 @@ func (s *Store) ReadBacklog(ctx context.Context, now time.Time) (Backlog, error)
 		b.Jobs[status] = n
 		b.JobsRemaining += remaining
 	}
-	return b, rows.Err()
+	if err := rows.Err(); err != nil {
+		return b, fmt.Errorf("runnable jobs: %w", err)
+	}
+	// endpoints_circuit_idx holds exactly the endpoints whose circuit is open.
+	if err := s.q.QueryRow(ctx, `SELECT count(*), min(circuit_opened_at) FROM endpoints WHERE circuit <> 'closed'`).
+		Scan(&b.CircuitsOpen, &b.OldestOpen); err != nil {
+		return b, fmt.Errorf("open circuits: %w", err)
+	}
+	return b, nil
 }

@@ -12,11 +12,13 @@ ALTER TABLE endpoints
     ADD COLUMN probe_at timestamptz,
     ADD COLUMN probes integer NOT NULL DEFAULT 0,
     ADD CONSTRAINT endpoints_circuit_check2 CHECK ((circuit = 'closed') = (probe_at IS NULL));
+CREATE INDEX endpoints_circuit_idx ON endpoints (circuit_opened_at) WHERE circuit <> 'closed';
 -- An endpoint with no success for WEBHOOKD_ENDPOINT_DISABLE_AFTER is disabled as failing.
 ALTER TABLE endpoints DROP CONSTRAINT endpoints_disabled_reason_check,
     ADD CONSTRAINT endpoints_disabled_reason_check CHECK (disabled_reason IN ('manual', 'gone', 'failing'));
 
 -- +goose Down
+DROP INDEX endpoints_circuit_idx;
 ALTER TABLE endpoints DROP CONSTRAINT endpoints_disabled_reason_check,
     ADD CONSTRAINT endpoints_disabled_reason_check CHECK (disabled_reason IN ('manual', 'gone')) NOT VALID;
 ALTER TABLE endpoints DROP COLUMN probes, DROP COLUMN probe_at, DROP COLUMN circuit_opened_at,
