@@ -3,8 +3,8 @@ import { errorFromResponse, WebhookdAbortError, WebhookdError, WebhookdNetworkEr
 import { Pacer } from "./pacer.js";
 import { afterRetryAfter, backoff, parseRetryAfter, RetryPolicy, sleep, withDefaults } from "./retry.js";
 import type {
-  DeadLetter, DeadLetterFilter, Delivery, DeliveryFilter, Endpoint, EndpointPatch, Event, Job, NewEndpoint,
-  NewEvent, Page, Secret,
+  DeadLetter, DeadLetterFilter, Delivery, DeliveryFilter, Endpoint, EndpointPatch, Event, EventType, EventTypeFilter,
+  EventTypePatch, Job, NewEndpoint, NewEvent, NewEventType, Page, PortalSession, Secret,
 } from "./types.js";
 
 export const VERSION = "0.1.0";
@@ -70,6 +70,12 @@ export const ROUTES = {
   listDeadLetters: { method: "GET", path: "/v1/dead-letters", sdk: "listDeadLetters" },
   replayDeadLetters: { method: "POST", path: "/v1/dead-letters/replay", sdk: "replayDeadLetters" },
   getJob: { method: "GET", path: "/v1/jobs/{id}", sdk: "getJob" },
+  createPortalSession: { method: "POST", path: "/v1/portal-sessions", sdk: "createPortalSession" },
+  createEventType: { method: "POST", path: "/v1/event-types", sdk: "createEventType" },
+  listEventTypes: { method: "GET", path: "/v1/event-types", sdk: "listEventTypes" },
+  getEventType: { method: "GET", path: "/v1/event-types/{name}", sdk: "getEventType" },
+  patchEventType: { method: "PATCH", path: "/v1/event-types/{name}", sdk: "updateEventType" },
+  deleteEventType: { method: "DELETE", path: "/v1/event-types/{name}", sdk: "archiveEventType" },
   getOpenAPIDocument: { method: "GET", path: "/v1/openapi.json", sdk: "getOpenAPIDocument" },
 } as const;
 
@@ -205,6 +211,52 @@ export class WebhookdClient {
   /** GET /v1/jobs/{id}. */
   getJob(id: string, opts: CallOptions = {}): Promise<Job> {
     return this.do({ method: "GET", path: `/v1/jobs/${enc(id)}` }, opts);
+  }
+
+  // ---- event-type catalog, portal links
+
+  /** POST /v1/event-types: adds an entry to the catalog, with an optional
+   * JSON Schema (2020-12) and example checked against it; validate makes the
+   * API refuse events of the type whose data does not match (400
+   * validation_failed naming the failing path). One Idempotency-Key for the
+   * call, reused on every retry. */
+  createEventType(eventType: NewEventType, opts: MutatingCallOptions = {}): Promise<EventType> {
+    return this.do({ method: "POST", path: "/v1/event-types", body: eventType, idempotencyKey: opts.idempotencyKey ?? "" },
+      opts);
+  }
+
+  /** GET /v1/event-types: the catalog by name, every page; archived entries
+   * too when filter.archived is true. */
+  listEventTypes(filter: EventTypeFilter = {}, opts: CallOptions = {}): AsyncIterableIterator<EventType> {
+    return this.list<EventType>("/v1/event-types", { archived: filter.archived ? "true" : undefined,
+      limit: num(filter.limit) }, opts);
+  }
+
+  /** GET /v1/event-types/{name}, archived or not. */
+  getEventType(name: string, opts: CallOptions = {}): Promise<EventType> {
+    return this.do({ method: "GET", path: `/v1/event-types/${enc(name)}` }, opts);
+  }
+
+  /** PATCH /v1/event-types/{name}: changes the fields present (null clears
+   * description, schema or example; archived: false brings an archived entry
+   * back). Retried: the same change twice changes nothing more. */
+  updateEventType(name: string, patch: EventTypePatch, opts: CallOptions = {}): Promise<EventType> {
+    return this.do({ method: "PATCH", path: `/v1/event-types/${enc(name)}`, body: patch }, opts);
+  }
+
+  /** DELETE /v1/event-types/{name}: archives the entry (never deletes it: the
+   * name stays taken, events of the type are accepted unchecked) and returns
+   * it. Retried: archiving an archived entry answers it again. */
+  archiveEventType(name: string, opts: CallOptions = {}): Promise<EventType> {
+    return this.do({ method: "DELETE", path: `/v1/event-types/${enc(name)}` }, opts);
+  }
+
+  /** POST /v1/portal-sessions: a one-time link into the integrators' portal
+   * for the key's project, valid for ttl — a duration such as "15m" or "1h",
+   * or seconds (60–86400); absent: the API's default, 15 minutes. */
+  createPortalSession(params: { ttl?: string | number } = {}, opts: MutatingCallOptions = {}): Promise<PortalSession> {
+    const body = params.ttl != null && params.ttl !== "" ? { ttl: params.ttl } : {};
+    return this.do({ method: "POST", path: "/v1/portal-sessions", body, idempotencyKey: opts.idempotencyKey ?? "" }, opts);
   }
 
   /** GET /v1/openapi.json: the API's OpenAPI 3.1 document. */

@@ -20,18 +20,28 @@ export interface Event {
 
 export interface NewEndpoint {
   url: string; description?: string; event_types?: string[]; rate_limit_per_second?: number;
-  max_in_flight?: number; ordering?: "none" | "fifo";
+  /** The ceiling of the endpoint's adaptive concurrency limit per worker
+   * (1–1000); absent or null: the default, 1000. */
+  max_in_flight?: number | null; ordering?: "none" | "fifo";
 }
 
 export interface EndpointPatch {
   url?: string; description?: string; event_types?: string[] | null; rate_limit_per_second?: number | null;
-  max_in_flight?: number; status?: "active" | "disabled"; replay_dead_letters?: boolean;
+  /** null: back to the default, 1000. */
+  max_in_flight?: number | null; status?: "active" | "disabled"; replay_dead_letters?: boolean;
 }
 
 export interface Endpoint {
   id: string; url: string; description: string; event_types: string[]; status: "active" | "disabled";
   disabled_reason: null | "manual" | "gone" | "failing"; rate_limit_per_second: number | null;
-  max_in_flight: number; ordering: "none" | "fifo"; circuit: "closed" | "open" | "probing"; version: number;
+  /** The ceiling of its adaptive concurrency limit per worker (default 1000). */
+  max_in_flight: number;
+  /** fifo: deliveries in acceptance order, one at a time (not offered yet: always none). */
+  ordering: "none" | "fifo";
+  /** Its circuit breaker: open after consecutive failures, its due deliveries
+   * then waiting for probes without spending attempts. */
+  circuit: "closed" | "open" | "probing";
+  version: number;
   created_at: string; updated_at: string;
   /** Only in the create answer. */
   secret?: string;
@@ -74,5 +84,39 @@ export interface DeliveryFilter {
 export interface DeadLetterFilter {
   endpoint_id?: string; event_type?: string; since?: string | Date; until?: string | Date; limit?: number;
 }
+
+export interface NewEventType {
+  /** 1–128 characters of [A-Za-z0-9._:-]. */
+  name: string;
+  description?: string;
+  /** A JSON Schema (draft 2020-12 unless it says otherwise): an object or a boolean. */
+  schema?: Record<string, unknown> | boolean | null;
+  /** An example of the event's data, checked against the schema. */
+  example?: unknown;
+  /** Refuse events of this type whose data does not match the schema (needs one). */
+  validate?: boolean;
+}
+
+/** The fields present change; null clears description, schema or example. */
+export interface EventTypePatch {
+  description?: string | null; schema?: Record<string, unknown> | boolean | null; example?: unknown;
+  validate?: boolean; archived?: boolean;
+}
+
+/** An entry of the event-type catalog; schema and example are null when it has none. */
+export interface EventType {
+  name: string; description: string; schema: Record<string, unknown> | boolean | null; example: unknown;
+  validate: boolean; archived: boolean; created_at: string; updated_at: string;
+}
+
+export interface EventTypeFilter {
+  /** true: archived entries too. */
+  archived?: boolean;
+  /** Page size (1–100); the iterator still yields every item. */
+  limit?: number;
+}
+
+/** A one-time link into the integrators' portal. */
+export interface PortalSession { url: string; expires_at: string }
 
 export interface Page<T> { data: T[]; next_cursor: string | null }

@@ -111,3 +111,58 @@ test("a deadline shorter than a Retry-After gives up at once with the answer; an
     await s.close();
   }
 });
+
+test("the event-type catalog and portal links: a create retried with its key, lists following next_cursor", async () => {
+  const et = (name: string) => ({ name, description: "", schema: null, example: null, validate: false, archived: false,
+    created_at: "2026-01-01T00:00:00Z", updated_at: "2026-01-01T00:00:00Z" });
+  let creates = 0;
+  const s = await serve((_n, req, _b, res) => {
+    const u = new URL(req.url!, "http://x");
+    if (req.method === "POST" && u.pathname === "/v1/event-types") {
+      return ++creates === 1 ? answer(res, 503, apiError("unavailable"), { "Retry-After": "0" }) : answer(res, 201, et("invoice.paid"));
+    }
+    if (req.method === "GET" && u.pathname === "/v1/event-types") {
+      if (!u.searchParams.get("cursor")) return answer(res, 200, { data: [et("a.b")], next_cursor: "c2" });
+      return answer(res, 200, { data: [et("c.d")], next_cursor: null });
+    }
+    if (u.pathname === "/v1/event-types/a%2Fb") return answer(res, 404, apiError("not_found"));
+    if (req.method === "PATCH") return answer(res, 200, { ...et("invoice.paid"), validate: true });
+    if (req.method === "DELETE") return answer(res, 200, { ...et("invoice.paid"), archived: true });
+    if (u.pathname === "/v1/portal-sessions") {
+      return answer(res, 201, { url: "http://x/portal/open/wpl_1", expires_at: "2026-01-01T01:00:00Z" });
+    }
+    answer(res, 599, apiError("no_rule"));
+  });
+  try {
+    const c = new WebhookdClient(s.url, "key", fast);
+    const created = await c.createEventType({ name: "invoice.paid", schema: { type: "object" }, validate: true });
+    assert.equal(created.name, "invoice.paid");
+    assert.equal(s.seen.length, 2);
+    assert.match(s.seen[0].key!, /^[0-9a-f-]{36}$/);
+    assert.equal(s.seen[1].key, s.seen[0].key);
+    assert.deepEqual(JSON.parse(s.seen[1].body), { name: "invoice.paid", schema: { type: "object" }, validate: true });
+
+    const names: string[] = [];
+    for await (const t of c.listEventTypes({ archived: true, limit: 1 })) names.push(t.name);
+    assert.deepEqual(names, ["a.b", "c.d"]);
+    assert.equal(s.seen[2].url, "/v1/event-types?archived=true&limit=1");
+    assert.equal(s.seen[3].url, "/v1/event-types?archived=true&limit=1&cursor=c2");
+
+    await assert.rejects(c.getEventType("a/b"), (e: WebhookdError) => e.status === 404 && e.code === "not_found");
+    const patched = await c.updateEventType("invoice.paid", { validate: true, example: null });
+    assert.equal(patched.validate, true);
+    assert.deepEqual([s.seen[5].method, s.seen[5].url, JSON.parse(s.seen[5].body)],
+      ["PATCH", "/v1/event-types/invoice.paid", { validate: true, example: null }]);
+    assert.equal((await c.archiveEventType("invoice.paid")).archived, true);
+    assert.deepEqual([s.seen[6].method, s.seen[6].key], ["DELETE", undefined]);
+
+    const link = await c.createPortalSession({ ttl: "1h" }, { idempotencyKey: "k-portal" });
+    assert.match(link.url, /\/portal\/open\/wpl_/);
+    assert.deepEqual([s.seen[7].key, JSON.parse(s.seen[7].body)], ["k-portal", { ttl: "1h" }]);
+    await c.createPortalSession();
+    assert.equal(s.seen[8].body, "{}");
+    assert.match(s.seen[8].key!, /^[0-9a-f-]{36}$/);
+  } finally {
+    await s.close();
+  }
+});

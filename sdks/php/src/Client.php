@@ -41,6 +41,12 @@ final class Client
         'listDeadLetters' => ['GET', '/v1/dead-letters', 'listDeadLetters'],
         'replayDeadLetters' => ['POST', '/v1/dead-letters/replay', 'replayDeadLetters'],
         'getJob' => ['GET', '/v1/jobs/{id}', 'getJob'],
+        'createPortalSession' => ['POST', '/v1/portal-sessions', 'createPortalSession'],
+        'createEventType' => ['POST', '/v1/event-types', 'createEventType'],
+        'listEventTypes' => ['GET', '/v1/event-types', 'listEventTypes'],
+        'getEventType' => ['GET', '/v1/event-types/{name}', 'getEventType'],
+        'patchEventType' => ['PATCH', '/v1/event-types/{name}', 'updateEventType'],
+        'deleteEventType' => ['DELETE', '/v1/event-types/{name}', 'archiveEventType'],
         'getOpenAPIDocument' => ['GET', '/v1/openapi.json', 'getOpenAPIDocument'],
     ];
 
@@ -206,6 +212,70 @@ final class Client
     public function getJob(string $id, array $opts = []): array
     {
         return $this->do('GET', '/v1/jobs/' . rawurlencode($id), opts: $opts);
+    }
+
+    // ---- event-type catalog, portal links
+
+    /**
+     * POST /v1/event-types: adds an entry to the catalog, with an optional JSON Schema (2020-12)
+     * and an example checked against it; 'validate' makes the API refuse events of the type whose
+     * data does not match (400 validation_failed naming the failing path). One Idempotency-Key,
+     * reused on every retry. Pass a schema with keys, or a \stdClass for {} (an empty PHP array
+     * encodes as []).
+     * @param array{name: string, description?: string, schema?: array<string, mixed>|\stdClass|bool|null, example?: mixed, validate?: bool} $eventType
+     * @param Options $opts @return array<string, mixed> the EventType
+     */
+    public function createEventType(array $eventType, array $opts = []): array
+    {
+        return $this->do('POST', '/v1/event-types', body: $eventType, opts: $opts, key: true);
+    }
+
+    /**
+     * GET /v1/event-types: the catalog by name, every page; archived entries too when $archived.
+     * @param Options $opts @return \Generator<int, array<string, mixed>>
+     */
+    public function listEventTypes(bool $archived = false, ?int $limit = null, array $opts = []): \Generator
+    {
+        return $this->list('/v1/event-types', ['archived' => $archived ? 'true' : null, 'limit' => $limit], $opts);
+    }
+
+    /** GET /v1/event-types/{name}, archived or not. @param Options $opts @return array<string, mixed> */
+    public function getEventType(string $name, array $opts = []): array
+    {
+        return $this->do('GET', '/v1/event-types/' . rawurlencode($name), opts: $opts);
+    }
+
+    /**
+     * PATCH /v1/event-types/{name}: changes the keys present (null clears description, schema or
+     * example; 'archived' => false brings an archived entry back).
+     * @param array<string, mixed> $patch @param Options $opts @return array<string, mixed>
+     */
+    public function updateEventType(string $name, array $patch, array $opts = []): array
+    {
+        return $this->do('PATCH', '/v1/event-types/' . rawurlencode($name), body: $patch === [] ? new \stdClass() : $patch,
+            opts: $opts);
+    }
+
+    /**
+     * DELETE /v1/event-types/{name}: archives the entry (never deletes it: the name stays taken,
+     * events of the type are accepted unchecked) and returns it; archiving it again answers it again.
+     * @param Options $opts @return array<string, mixed>
+     */
+    public function archiveEventType(string $name, array $opts = []): array
+    {
+        return $this->do('DELETE', '/v1/event-types/' . rawurlencode($name), opts: $opts);
+    }
+
+    /**
+     * POST /v1/portal-sessions: a one-time link ['url', 'expires_at'] into the integrators' portal
+     * for the key's project, valid for $ttl — a duration such as '15m' or '1h', or seconds (60 to
+     * 86400); null: the API's default, 15 minutes.
+     * @param Options $opts @return array{url: string, expires_at: string}
+     */
+    public function createPortalSession(string|int|float|null $ttl = null, array $opts = []): array
+    {
+        $body = $ttl === null || $ttl === '' ? new \stdClass() : ['ttl' => $ttl];
+        return $this->do('POST', '/v1/portal-sessions', body: $body, opts: $opts, key: true);
     }
 
     /** GET /v1/openapi.json. @param Options $opts @return array<string, mixed> */

@@ -148,4 +148,61 @@ final class ClientTest extends TestCase
         }
         $this->assertLessThan(1, microtime(true) - $start);
     }
+
+    public function testTheEventTypeCatalogAndPortalLinks(): void
+    {
+        $et = static fn (string $name, array $extra = []) => $extra + ['name' => $name, 'description' => '',
+            'schema' => null, 'example' => null, 'validate' => false, 'archived' => false,
+            'created_at' => '2026-01-01T00:00:00Z', 'updated_at' => '2026-01-01T00:00:00Z'];
+        $this->script([
+            ['n' => 1, 'status' => 503, 'body' => self::apiError('unavailable'), 'headers' => ['Retry-After' => '0']],
+            ['method' => 'POST', 'path' => '/v1/event-types', 'status' => 201, 'body' => $et('invoice.paid')],
+            ['method' => 'GET', 'path' => '/v1/event-types/a%2Fb', 'status' => 404, 'body' => self::apiError('not_found')],
+            ['method' => 'GET', 'path' => '/v1/event-types', 'cursor' => false, 'status' => 200,
+                'body' => ['data' => [$et('a.b')], 'next_cursor' => 'c2']],
+            ['method' => 'GET', 'path' => '/v1/event-types', 'cursor' => true, 'status' => 200,
+                'body' => ['data' => [$et('c.d')], 'next_cursor' => null]],
+            ['method' => 'PATCH', 'status' => 200, 'body' => $et('invoice.paid', ['validate' => true])],
+            ['method' => 'DELETE', 'status' => 200, 'body' => $et('invoice.paid', ['archived' => true])],
+            ['path' => '/v1/portal-sessions', 'status' => 201,
+                'body' => ['url' => 'http://x/portal/open/wpl_1', 'expires_at' => '2026-01-01T01:00:00Z']],
+        ]);
+        $c = $this->client();
+        $created = $c->createEventType(['name' => 'invoice.paid', 'schema' => ['type' => 'object'], 'validate' => true]);
+        $this->assertSame('invoice.paid', $created['name']);
+        $seen = $this->seen();
+        $this->assertCount(2, $seen);
+        $this->assertMatchesRegularExpression('/^[0-9a-f-]{36}$/', $seen[0]['key']);
+        $this->assertSame($seen[0]['key'], $seen[1]['key']);
+        $this->assertSame('{"name":"invoice.paid","schema":{"type":"object"},"validate":true}', $seen[1]['body']);
+
+        $names = [];
+        foreach ($c->listEventTypes(archived: true, limit: 1) as $t) {
+            $names[] = $t['name'];
+        }
+        $this->assertSame(['a.b', 'c.d'], $names);
+        $seen = $this->seen();
+        $this->assertSame('/v1/event-types?archived=true&limit=1', $seen[2]['uri']);
+        $this->assertSame('/v1/event-types?archived=true&limit=1&cursor=c2', $seen[3]['uri']);
+
+        try {
+            $c->getEventType('a/b');
+            $this->fail('a 404 did not throw');
+        } catch (WebhookdException $e) {
+            $this->assertSame([404, 'not_found'], [$e->status, $e->errorCode]);
+        }
+        $this->assertTrue($c->updateEventType('invoice.paid', ['validate' => true, 'example' => null])['validate']);
+        $seen = $this->seen();
+        $this->assertSame(['PATCH', '/v1/event-types/invoice.paid', '{"validate":true,"example":null}'],
+            [$seen[5]['method'], $seen[5]['uri'], $seen[5]['body']]);
+        $this->assertTrue($c->archiveEventType('invoice.paid')['archived']);
+        $this->assertSame(['DELETE', null], [$this->seen()[6]['method'], $this->seen()[6]['key']]);
+
+        $link = $c->createPortalSession('1h', ['idempotency_key' => 'k-portal']);
+        $this->assertStringContainsString('/portal/open/wpl_', $link['url']);
+        $this->assertSame(['k-portal', '{"ttl":"1h"}'], [$this->seen()[7]['key'], $this->seen()[7]['body']]);
+        $c->createPortalSession();
+        $this->assertSame('{}', $this->seen()[8]['body']);
+        $this->assertMatchesRegularExpression('/^[0-9a-f-]{36}$/', $this->seen()[8]['key']);
+    }
 }

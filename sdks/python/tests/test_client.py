@@ -3,6 +3,7 @@ import threading
 import time
 import unittest
 from collections.abc import Callable
+from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
@@ -29,8 +30,9 @@ class Server:
 
             def handle_one(self) -> None:
                 n = int(self.headers.get("Content-Length") or 0)
-                self.rfile.read(n)
-                outer.seen.append({"method": self.command, "path": self.path, "key": self.headers.get("Idempotency-Key")})
+                body = self.rfile.read(n)
+                outer.seen.append({"method": self.command, "path": self.path, "key": self.headers.get("Idempotency-Key"),
+                                   "body": json.loads(body) if body else None})
                 status, body, headers = answer(len(outer.seen), self.command, self.path)
                 data = json.dumps(body).encode()
                 self.send_response(status)
@@ -130,6 +132,67 @@ class ClientTest(unittest.TestCase):
         self.assertLess(time.monotonic() - start, 1)
         assert cc.exception.last_error is not None
         self.assertEqual(cc.exception.last_error.status, 429)
+
+    def test_event_type_catalog_and_portal_links(self) -> None:
+        def et(name: str, **extra: Any) -> dict[str, Any]:
+            return {"name": name, "description": "", "schema": None, "example": None, "validate": False,
+                    "archived": False, "created_at": "2026-01-01T00:00:00Z", "updated_at": "2026-01-01T00:00:00Z",
+                    **extra}
+
+        creates = 0
+
+        def answer(n: int, method: str, path: str) -> tuple[int, Any, dict[str, str]]:
+            nonlocal creates
+            u = urlparse(path)
+            if method == "POST" and u.path == "/v1/event-types":
+                creates += 1
+                if creates == 1:
+                    return 503, api_error("unavailable"), {"Retry-After": "0"}
+                return 201, et("invoice.paid"), {}
+            if method == "GET" and u.path == "/v1/event-types":
+                if "cursor" not in parse_qs(u.query):
+                    return 200, {"data": [et("a.b")], "next_cursor": "c2"}, {}
+                return 200, {"data": [et("c.d")], "next_cursor": None}, {}
+            if u.path == "/v1/event-types/a%2Fb":
+                return 404, api_error("not_found"), {}
+            if method == "PATCH":
+                return 200, et("invoice.paid", validate=True), {}
+            if method == "DELETE":
+                return 200, et("invoice.paid", archived=True), {}
+            if u.path == "/v1/portal-sessions":
+                return 201, {"url": "http://x/portal/open/wpl_1", "expires_at": "2026-01-01T01:00:00Z"}, {}
+            return 599, api_error("no_rule"), {}
+
+        s = self.serve(answer)
+        c = Client(s.url, "key", retry=FAST)
+        created = c.create_event_type({"name": "invoice.paid", "schema": {"type": "object"}, "validate": True})
+        self.assertEqual(created["name"], "invoice.paid")
+        self.assertEqual(len(s.seen), 2)
+        self.assertEqual(len(s.seen[0]["key"]), 36)
+        self.assertEqual(s.seen[1]["key"], s.seen[0]["key"])
+        self.assertEqual(s.seen[1]["body"], {"name": "invoice.paid", "schema": {"type": "object"}, "validate": True})
+
+        self.assertEqual([t["name"] for t in c.list_event_types(archived=True, limit=1)], ["a.b", "c.d"])
+        self.assertEqual(s.seen[2]["path"], "/v1/event-types?archived=true&limit=1")
+        self.assertEqual(s.seen[3]["path"], "/v1/event-types?archived=true&limit=1&cursor=c2")
+
+        with self.assertRaises(WebhookdError) as cm:
+            c.get_event_type("a/b")
+        self.assertEqual((cm.exception.status, cm.exception.code), (404, "not_found"))
+        self.assertTrue(c.update_event_type("invoice.paid", {"validate": True, "example": None})["validate"])
+        self.assertEqual((s.seen[5]["method"], s.seen[5]["path"], s.seen[5]["body"]),
+                         ("PATCH", "/v1/event-types/invoice.paid", {"validate": True, "example": None}))
+        self.assertTrue(c.archive_event_type("invoice.paid")["archived"])
+        self.assertEqual((s.seen[6]["method"], s.seen[6]["key"]), ("DELETE", None))
+
+        link = c.create_portal_session("1h", idempotency_key="k-portal")
+        self.assertIn("/portal/open/wpl_", link["url"])
+        self.assertEqual((s.seen[7]["key"], s.seen[7]["body"]), ("k-portal", {"ttl": "1h"}))
+        c.create_portal_session(timedelta(minutes=30))
+        self.assertEqual(s.seen[8]["body"], {"ttl": 1800})
+        c.create_portal_session()
+        self.assertEqual(s.seen[9]["body"], {})
+        self.assertEqual(len(s.seen[9]["key"]), 36)
 
 
 if __name__ == "__main__":

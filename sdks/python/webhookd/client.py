@@ -13,7 +13,7 @@ import urllib.request
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from .errors import WebhookdCancelledError, WebhookdError, WebhookdNetworkError, error_from_response
@@ -42,6 +42,12 @@ ROUTES: dict[str, tuple[str, str, str]] = {
     "listDeadLetters": ("GET", "/v1/dead-letters", "list_dead_letters"),
     "replayDeadLetters": ("POST", "/v1/dead-letters/replay", "replay_dead_letters"),
     "getJob": ("GET", "/v1/jobs/{id}", "get_job"),
+    "createPortalSession": ("POST", "/v1/portal-sessions", "create_portal_session"),
+    "createEventType": ("POST", "/v1/event-types", "create_event_type"),
+    "listEventTypes": ("GET", "/v1/event-types", "list_event_types"),
+    "getEventType": ("GET", "/v1/event-types/{name}", "get_event_type"),
+    "patchEventType": ("PATCH", "/v1/event-types/{name}", "update_event_type"),
+    "deleteEventType": ("DELETE", "/v1/event-types/{name}", "archive_event_type"),
     "getOpenAPIDocument": ("GET", "/v1/openapi.json", "get_openapi_document"),
 }
 
@@ -228,6 +234,54 @@ class Client:
     def get_job(self, id: str, *, cancel: threading.Event | None = None, timeout: float | None = None) -> dict[str, Any]:
         """GET /v1/jobs/{id}."""
         return self._do(_Request("GET", f"/v1/jobs/{_enc(id)}"), cancel, timeout)
+
+    # ---- event-type catalog, portal links
+
+    def create_event_type(self, event_type: Mapping[str, Any], *, idempotency_key: str | None = None,
+                          cancel: threading.Event | None = None, timeout: float | None = None) -> dict[str, Any]:
+        """POST /v1/event-types: adds an entry to the catalog ``{"name", "description"?, "schema"?,
+        "example"?, "validate"?}``: an optional JSON Schema (2020-12) and an example checked against it;
+        ``validate`` makes the API refuse events of the type whose data does not match (400
+        validation_failed naming the failing path). One Idempotency-Key, reused on every retry."""
+        return self._do(_Request("POST", "/v1/event-types", body=dict(event_type), has_body=True,
+                                 idempotency_key=idempotency_key or ""), cancel, timeout)
+
+    def list_event_types(self, *, archived: bool = False, limit: int | None = None,
+                         cancel: threading.Event | None = None,
+                         timeout: float | None = None) -> Iterator[dict[str, Any]]:
+        """GET /v1/event-types: the catalog by name, every page; archived entries too with ``archived=True``."""
+        return self._list("/v1/event-types", {"archived": "true" if archived else None, "limit": limit},
+                          cancel, timeout)
+
+    def get_event_type(self, name: str, *, cancel: threading.Event | None = None,
+                       timeout: float | None = None) -> dict[str, Any]:
+        """GET /v1/event-types/{name}, archived or not."""
+        return self._do(_Request("GET", f"/v1/event-types/{_enc(name)}"), cancel, timeout)
+
+    def update_event_type(self, name: str, patch: Mapping[str, Any], *, cancel: threading.Event | None = None,
+                          timeout: float | None = None) -> dict[str, Any]:
+        """PATCH /v1/event-types/{name}: changes the keys present (None clears description, schema or
+        example; ``archived: False`` brings an archived entry back)."""
+        return self._do(_Request("PATCH", f"/v1/event-types/{_enc(name)}", body=dict(patch), has_body=True),
+                        cancel, timeout)
+
+    def archive_event_type(self, name: str, *, cancel: threading.Event | None = None,
+                           timeout: float | None = None) -> dict[str, Any]:
+        """DELETE /v1/event-types/{name}: archives the entry (never deletes it: the name stays taken,
+        events of the type are accepted unchecked) and returns it; archiving it again answers it again."""
+        return self._do(_Request("DELETE", f"/v1/event-types/{_enc(name)}"), cancel, timeout)
+
+    def create_portal_session(self, ttl: str | float | timedelta | None = None, *, idempotency_key: str | None = None,
+                              cancel: threading.Event | None = None, timeout: float | None = None) -> dict[str, Any]:
+        """POST /v1/portal-sessions: a one-time link ``{"url", "expires_at"}`` into the integrators' portal
+        for the key's project, valid for ``ttl`` — a duration such as ``"15m"`` or ``"1h"``, seconds, or a
+        timedelta (1 minute to 24 hours); None: the API's default, 15 minutes."""
+        if isinstance(ttl, timedelta):
+            secs = ttl.total_seconds()
+            ttl = int(secs) if secs == int(secs) else secs
+        body = {} if ttl is None or ttl == "" else {"ttl": ttl}
+        return self._do(_Request("POST", "/v1/portal-sessions", body=body, has_body=True,
+                                 idempotency_key=idempotency_key or ""), cancel, timeout)
 
     def get_openapi_document(self, *, cancel: threading.Event | None = None,
                              timeout: float | None = None) -> dict[str, Any]:

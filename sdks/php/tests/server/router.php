@@ -2,7 +2,7 @@
 // Router of the loopback server ClientTest starts with `php -S`: it answers
 // each request by the first rule of $SCRIPT_DIR/script.json that matches
 // (request number n from 1, method, path prefix, query has cursor) and
-// appends the request to $SCRIPT_DIR/log.jsonl.
+// appends the request (its body as sent) to $SCRIPT_DIR/log.jsonl.
 declare(strict_types=1);
 
 $dir = getenv('SCRIPT_DIR');
@@ -12,7 +12,7 @@ $n = is_file($log) ? count(file($log)) + 1 : 1;
 $method = $_SERVER['REQUEST_METHOD'];
 $uri = $_SERVER['REQUEST_URI'];
 file_put_contents($log, json_encode(['method' => $method, 'uri' => $uri,
-    'key' => $_SERVER['HTTP_IDEMPOTENCY_KEY'] ?? null]) . "\n", FILE_APPEND);
+    'key' => $_SERVER['HTTP_IDEMPOTENCY_KEY'] ?? null, 'body' => file_get_contents('php://input')]) . "\n", FILE_APPEND);
 foreach ($rules as $r) {
     if ((isset($r['n']) && $r['n'] !== $n) || (isset($r['method']) && $r['method'] !== $method)
         || (isset($r['path']) && !str_starts_with($uri, $r['path']))
