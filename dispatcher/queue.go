@@ -258,7 +258,7 @@ for i = 3, #ARGV do
 		redis.call("ZREM", KEYS[1], id)
 		if redis.call("EXISTS", key) == 1 then
 			redis.call("HSET", key, "state", "pending", "pending_since", ARGV[2])
-			redis.call("LPUSH", KEYS[3], id)
+			redis.call("RPUSH", KEYS[3], id) -- asynq dequeues from the right: the front
 			out[#out] = 1
 		end
 	end
