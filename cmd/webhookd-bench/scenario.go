@@ -29,4 +29,9 @@ var scenarios = map[string]scenario{
 	"ingest":            ingestScenario,
 	"ingest-batch":      ingestBatchScenario,
 	"ingest-redis-down": ingestRedisDownScenario,
+	"one-slow":          oneSlowScenario,
+	"capacity":          capacityScenario,
+	"capacity-latency":  capacityLatencyScenario,
+	"kill":              killScenario,
+	"flush":             flushScenario,
 }
