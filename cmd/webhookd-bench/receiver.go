@@ -227,6 +227,15 @@ func (r *receiver) Distinct(names []string) int {
 	return n
 }
 
+// Receipts counts every receipt at endpoint name, repeats included
+// (refused requests are none).
+func (r *receiver) Receipts(name string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := r.endpoints[name]
+	return len(e.first) + e.repeats
+}
+
 // Repeats counts receipts of an event id an endpoint had already seen.
 func (r *receiver) Repeats() int {
 	r.mu.Lock()
