@@ -55,6 +55,7 @@ type Options struct {
 	KillRate       int           // -kill-rate; 300 events/s
 	FlushRate      int           // -flush-rate; 300 events/s
 	FlushDuration  time.Duration // -flush-duration; 10s, the flush at half
+	ManyEndpoints  int           // -many-endpoints; 100000
 
 	MaxInFlight       int // -max-in-flight; 100 (burst and steady endpoints; 0: never sent)
 	WorkerConcurrency int // -worker-concurrency; 0: webhookd's default
@@ -68,7 +69,7 @@ const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=
 
 // scenarioNames lists every scenario in the order they run.
 var scenarioNames = []string{"burst", "slow", "noisy", "steady", "scheduled", "ingest", "ingest-batch", "ingest-redis-down",
-	"one-slow", "capacity", "capacity-latency", "kill", "flush"}
+	"one-slow", "capacity", "capacity-latency", "kill", "flush", "many-endpoints"}
 
 // bind registers every option on fs with its default.
 func (o *Options) bind(fs *flag.FlagSet) {
@@ -109,6 +110,7 @@ func (o *Options) bind(fs *flag.FlagSet) {
 	fs.IntVar(&o.KillRate, "kill-rate", 300, "kill: events per second posted until the kill")
 	fs.IntVar(&o.FlushRate, "flush-rate", 300, "flush: events per second")
 	fs.DurationVar(&o.FlushDuration, "flush-duration", 10*time.Second, "flush: how long events are posted; Redis is flushed at half")
+	fs.IntVar(&o.ManyEndpoints, "many-endpoints", 100000, "many-endpoints: endpoints, one event each")
 	fs.IntVar(&o.MaxInFlight, "max-in-flight", 100,
 		"max_in_flight sent for the burst and steady endpoints, so the per-endpoint cap is not what they measure (0: not sent)")
 	fs.IntVar(&o.WorkerConcurrency, "worker-concurrency", 0, "WEBHOOKD_WORKER_CONCURRENCY for every run (0: webhookd's default)")
@@ -149,7 +151,8 @@ func (o *Options) Validate() error {
 		"-ingest-events": o.IngestEvents, "-ingest-clients": o.IngestClients, "-ingest-batch-events": o.IngestBatchEvents,
 		"-ingest-batch-size": o.IngestBatchSize, "-ingest-batch-clients": o.IngestBatchClients,
 		"-redis-down-events": o.RedisDownEvents, "-one-slow-events": o.OneSlowEvents, "-capacity-events": o.CapacityEvents,
-		"-kill-in-flight": o.KillInFlight, "-kill-rate": o.KillRate, "-flush-rate": o.FlushRate}
+		"-kill-in-flight": o.KillInFlight, "-kill-rate": o.KillRate, "-flush-rate": o.FlushRate,
+		"-many-endpoints": o.ManyEndpoints}
 	for name, v := range positive {
 		if v < 1 {
 			return fmt.Errorf("%s must be at least 1", name)

@@ -34,4 +34,5 @@ var scenarios = map[string]scenario{
 	"capacity-latency":  capacityLatencyScenario,
 	"kill":              killScenario,
 	"flush":             flushScenario,
+	"many-endpoints":    manyEndpointsScenario,
 }
