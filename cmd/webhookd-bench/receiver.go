@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -314,6 +315,29 @@ func (r *receiver) ReceivedAfter(name, eventID string, t time.Time) (time.Time, 
 		}
 	}
 	return time.Time{}, false
+}
+
+// Redelivered lists, for each event first received at endpoint name
+// before t and received again after it, the seconds from t to its first
+// receipt after t, sorted.
+func (r *receiver) Redelivered(name string, t time.Time) []float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := r.endpoints[name]
+	var out []float64
+	for id, first := range e.first {
+		if !first.Before(t) {
+			continue
+		}
+		for _, at := range e.again[id] {
+			if at.After(t) {
+				out = append(out, at.Sub(t).Seconds())
+				break
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Close stops the server and ends every request still held, so hanging

@@ -25,7 +25,9 @@ var killScenario = scenario{
 			"posting stops. The requests the kill cut (their connection closed unanswered) are the killed worker's "+
 			"deliveries in flight; the times are from the kill until they are received again (first, half, all), "+
 			"and until every event posted has been received at least once (the deliveries the killed worker had "+
-			"taken from the queue but not yet sent included). Events lost counts those never received again too",
+			"taken from the queue but not yet sent included). The events received before the kill and again "+
+			"after it are a wider count of its deliveries in flight: those cut, and those answered whose answer "+
+			"it never recorded. Events lost counts those cut and never received again too",
 			killDelay, o.KillRate, o.KillInFlight)
 	},
 	Run: runKill,
@@ -88,6 +90,7 @@ func runKill(ctx context.Context, o *Options, seq int) (result, error) {
 	if err := waitDelivered(ctx, s.recv, []string{name}, l.Expected(), o.StallTimeout, o.MaxWait); err != nil {
 		return result{}, err
 	}
+	redone := s.recv.Redelivered(name, killAt)
 	st := l.Stats(s.recv)
 	st.Lost += missing // received once, cut by the kill, and never again
 	everything := nan
@@ -107,6 +110,8 @@ func runKill(ctx context.Context, o *Options, seq int) (result, error) {
 		{Name: "kill → half of them received again", Unit: seconds, Value: percentile(again, 0.5), Target: info},
 		{Name: "kill → all of them received again", Unit: seconds, Value: back, Target: atMost(10, seconds)},
 		{Name: "of them never received again", Unit: count, Value: float64(missing), Target: none()},
+		{Name: "events received before the kill and again after it", Unit: count, Value: float64(len(redone)), Target: info},
+		{Name: "kill → all of those received again", Unit: seconds, Value: percentile(redone, 1), Target: info},
 		{Name: "kill → every event received", Unit: seconds, Value: everything, Target: info},
 	}
 	return result{Figures: append(figs, common...)}, nil
