@@ -30,8 +30,9 @@ var errRefused = errors.New("refused by the API")
 
 // eventIn is one event as posted.
 type eventIn struct {
-	Type string         `json:"type"`
-	Data map[string]int `json:"data"`
+	Type        string         `json:"type"`
+	Data        map[string]int `json:"data"`
+	EndpointIDs []string       `json:"endpoint_ids,omitempty"` // none: every endpoint subscribed to Type
 }
 
 // endpointIn is the body of POST /v1/endpoints. MaxInFlight is left out

@@ -16,6 +16,7 @@ const (
 	bytesUnit                // B
 	megabytes                // MB (10^6 B), from bytes
 	seconds                  // s
+	percent                  // %
 )
 
 // figure is one measured value of one scenario run.
@@ -25,6 +26,7 @@ type figure struct {
 	Value      float64 // NaN: not measured
 	Target     target
 	Throughput bool // compared with the asynq no-op ceiling
+	Up         bool // higher is better, though no rate (a share of capacity, a load reached)
 }
 
 // target is what a figure should be. Met is nil for a figure reported for
@@ -42,6 +44,11 @@ func atLeast(x float64, u unit) target {
 // below wants v < x.
 func below(x float64, u unit) target {
 	return target{Text: "< " + format(x, u), Met: func(v, _ float64) bool { return v < x }}
+}
+
+// atMost wants v ≤ x.
+func atMost(x float64, u unit) target {
+	return target{Text: "≤ " + format(x, u), Met: func(v, _ float64) bool { return v <= x }}
 }
 
 // none wants v = 0.
@@ -85,6 +92,8 @@ func format(v float64, u unit) string {
 		return strconv.FormatFloat(v/1e6, 'f', 1, 64) + " MB"
 	case seconds:
 		return strconv.FormatFloat(v, 'f', 1, 64) + " s"
+	case percent:
+		return strconv.FormatFloat(v, 'f', 1, 64) + "%"
 	default:
 		return thousands(v)
 	}
@@ -118,10 +127,11 @@ const tolerance = 0.10
 func tolerancePercent() string { return strconv.FormatFloat(tolerance*100, 'f', -1, 64) + "%" }
 
 // higherIsBetter says which way a figure improves: rates (the throughput
-// figures and every other /s) up, everything else (latencies, sizes, times,
-// events lost, requests refused or held) down. It is the targets' direction
-// too: atLeast is only ever set on rates, below and none on the rest.
-func (f figure) higherIsBetter() bool { return f.Throughput || f.Unit == perSecond }
+// figures and every other /s) and figures marked Up (a share of capacity)
+// up, everything else (latencies, sizes, times, events lost, requests
+// refused or held) down. It is the targets' direction too: atLeast is only
+// ever set on those, below, atMost and none on the rest.
+func (f figure) higherIsBetter() bool { return f.Throughput || f.Up || f.Unit == perSecond }
 
 // versus compares a candidate's median c with the baseline's b for a figure
 // that improves upward when up: the ratio c/b ("0.957×"), and whether c is

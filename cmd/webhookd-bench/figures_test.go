@@ -100,3 +100,33 @@ func TestTargetMet(t *testing.T) {
 		}
 	}
 }
+
+func TestParseSum(t *testing.T) {
+	page := `# TYPE webhookd_dead_letters_total counter
+webhookd_dead_letters_total{reason="exhausted"} 2
+webhookd_dead_letters_total{reason="client_error"} 1
+webhookd_dead_letters_totally 9
+`
+	if got, ok := parseSum(page, deadLetterMetric); got != 3 || !ok {
+		t.Errorf("parseSum = %v, %v; want 3, true", got, ok)
+	}
+	if _, ok := parseSum("webhookd_other 1\n", deadLetterMetric); ok {
+		t.Error("parseSum found an absent metric")
+	}
+}
+
+func TestAtMost(t *testing.T) {
+	tg := atMost(10, count)
+	if tg.Text != "≤ 10" || tg.met(10, nan) != "yes" || tg.met(11, nan) != "no" {
+		t.Errorf("atMost(10): %q, met(10) %s, met(11) %s", tg.Text, tg.met(10, nan), tg.met(11, nan))
+	}
+	if got := format(1.25, percent); got != "1.2%" && got != "1.3%" {
+		t.Errorf("format(1.25, percent) = %q", got)
+	}
+}
+
+func TestInFlightTable(t *testing.T) {
+	if got, want := inFlightTable([]int{10, 20, 0, 5, 0, 0}), "second → most in flight: 0→10 1→20 2→0 3→5"; got != want {
+		t.Errorf("inFlightTable = %q, want %q", got, want)
+	}
+}

@@ -120,3 +120,27 @@ func waitDelivered(ctx context.Context, r *receiver, names []string, want int, s
 		}
 	}
 }
+
+// DueAt counts the receipts still due at t: of events accepted before
+// t+slack, those r had not received by t. last is when the last of them
+// that came was received (zero when none did).
+func (l *ledger) DueAt(r *receiver, t time.Time, slack time.Duration) (due int, last time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, e := range l.entries {
+		if e.accepted.After(t.Add(slack)) {
+			continue
+		}
+		for _, name := range e.endpoints {
+			got, ok := r.Received(name, e.eventID)
+			if ok && !got.After(t) {
+				continue
+			}
+			due++
+			if ok && got.After(last) {
+				last = got
+			}
+		}
+	}
+	return due, last
+}

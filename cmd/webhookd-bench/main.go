@@ -1,9 +1,11 @@
 // Command webhookd-bench is the load tool behind `make bench`: it measures
-// the real `webhookd all` binary end to end, on loopback only, in five
-// scenarios (burst, slow, noisy, steady, scheduled), each repeated on a
-// fresh database, Redis and webhookd process, beside a measurement of
-// asynq's own no-op throughput on the same machine, and writes the medians
-// to BENCHMARKS.md.
+// the real `webhookd all` binary end to end, on loopback only, in the
+// scenarios of scenarioNames (throughput, latency and ingest; the adaptive
+// per-endpoint limit against one slow endpoint and against a receiver of
+// limited capacity; the fault drills kill, with `webhookd serve` and two
+// `webhookd worker` processes, and flush), each repeated on a fresh
+// database, Redis and webhookd, beside a measurement of asynq's own no-op
+// throughput on the same machine, and writes the medians to BENCHMARKS.md.
 //
 // Exit status: 0 when everything was measured (missed targets included),
 // 1 when a measurement failed, 2 on bad flags, 3 with -strict when a target

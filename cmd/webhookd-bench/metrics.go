@@ -90,3 +90,51 @@ func watchReconciler(ctx context.Context, client *http.Client, metricsURL string
 		}
 	}
 }
+
+// parseSum adds up the samples of metric name (a counter or gauge) over
+// its label sets in a /metrics text page. ok is false when it has none.
+func parseSum(page, name string) (sum float64, ok bool) {
+	for line := range strings.SplitSeq(page, "\n") {
+		rest, found := strings.CutPrefix(line, name)
+		if !found || rest == "" || (rest[0] != ' ' && rest[0] != '{') {
+			continue
+		}
+		if i := strings.LastIndexByte(rest, '}'); i >= 0 {
+			rest = rest[i+1:]
+		}
+		fields := strings.Fields(rest)
+		if len(fields) == 0 {
+			continue
+		}
+		if v, err := strconv.ParseFloat(fields[0], 64); err == nil {
+			sum += v
+			ok = true
+		}
+	}
+	return sum, ok
+}
+
+// deadLetterMetric counts dead letters by reason.
+const deadLetterMetric = "webhookd_dead_letters_total"
+
+// scrapeSum reads metric name's sum from each metrics URL and adds them
+// up; NaN when no page has it.
+func scrapeSum(ctx context.Context, client *http.Client, name string, urls ...string) (float64, error) {
+	total, any := 0.0, false
+	for _, u := range urls {
+		code, body, err := get(ctx, client, u)
+		if err == nil && code != http.StatusOK {
+			err = fmt.Errorf("GET %s answered %d", u, code)
+		}
+		if err != nil {
+			return nan, err
+		}
+		if v, ok := parseSum(string(body), name); ok {
+			total, any = total+v, true
+		}
+	}
+	if !any {
+		return nan, nil
+	}
+	return total, nil
+}

@@ -49,6 +49,14 @@ type Options struct {
 	IngestBatchClients int // -ingest-batch-clients; 4
 	RedisDownEvents    int // -redis-down-events; 5000
 
+	OneSlowEvents  int           // -one-slow-events; 20000
+	CapacityEvents int           // -capacity-events; 12000 (capacity and capacity-latency)
+	KillInFlight   int           // -kill-in-flight; 450 requests at the receiver before the kill
+	KillRate       int           // -kill-rate; 300 events/s
+	FlushRate      int           // -flush-rate; 300 events/s
+	FlushDuration  time.Duration // -flush-duration; 10s, the flush at half
+	ManyEndpoints  int           // -many-endpoints; 100000
+
 	MaxInFlight       int // -max-in-flight; 100 (burst and steady endpoints; 0: never sent)
 	WorkerConcurrency int // -worker-concurrency; 0: webhookd's default
 
@@ -60,7 +68,8 @@ type Options struct {
 const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 
 // scenarioNames lists every scenario in the order they run.
-var scenarioNames = []string{"burst", "slow", "noisy", "steady", "scheduled", "ingest", "ingest-batch", "ingest-redis-down"}
+var scenarioNames = []string{"burst", "slow", "noisy", "steady", "scheduled", "ingest", "ingest-batch", "ingest-redis-down",
+	"one-slow", "capacity", "capacity-latency", "kill", "flush", "many-endpoints"}
 
 // bind registers every option on fs with its default.
 func (o *Options) bind(fs *flag.FlagSet) {
@@ -94,6 +103,14 @@ func (o *Options) bind(fs *flag.FlagSet) {
 	fs.IntVar(&o.IngestBatchSize, "ingest-batch-size", 1000, "ingest-batch: events per batch request")
 	fs.IntVar(&o.IngestBatchClients, "ingest-batch-clients", 4, "ingest-batch: concurrent clients")
 	fs.IntVar(&o.RedisDownEvents, "redis-down-events", 5000, "ingest-redis-down: events posted while Redis is down")
+	fs.IntVar(&o.OneSlowEvents, "one-slow-events", 20000, "one-slow: events to the one endpoint answering after 200ms")
+	fs.IntVar(&o.CapacityEvents, "capacity-events", 12000, "capacity and capacity-latency: events to the endpoint of limited capacity")
+	fs.IntVar(&o.KillInFlight, "kill-in-flight", 450,
+		"kill: requests in flight at the receiver (over both workers) before one worker is killed")
+	fs.IntVar(&o.KillRate, "kill-rate", 300, "kill: events per second posted until the kill")
+	fs.IntVar(&o.FlushRate, "flush-rate", 300, "flush: events per second")
+	fs.DurationVar(&o.FlushDuration, "flush-duration", 10*time.Second, "flush: how long events are posted; Redis is flushed at half")
+	fs.IntVar(&o.ManyEndpoints, "many-endpoints", 100000, "many-endpoints: endpoints, one event each")
 	fs.IntVar(&o.MaxInFlight, "max-in-flight", 100,
 		"max_in_flight sent for the burst and steady endpoints, so the per-endpoint cap is not what they measure (0: not sent)")
 	fs.IntVar(&o.WorkerConcurrency, "worker-concurrency", 0, "WEBHOOKD_WORKER_CONCURRENCY for every run (0: webhookd's default)")
@@ -133,7 +150,9 @@ func (o *Options) Validate() error {
 		"-steady-rate": o.SteadyRate, "-scheduled-count": o.ScheduledCount,
 		"-ingest-events": o.IngestEvents, "-ingest-clients": o.IngestClients, "-ingest-batch-events": o.IngestBatchEvents,
 		"-ingest-batch-size": o.IngestBatchSize, "-ingest-batch-clients": o.IngestBatchClients,
-		"-redis-down-events": o.RedisDownEvents}
+		"-redis-down-events": o.RedisDownEvents, "-one-slow-events": o.OneSlowEvents, "-capacity-events": o.CapacityEvents,
+		"-kill-in-flight": o.KillInFlight, "-kill-rate": o.KillRate, "-flush-rate": o.FlushRate,
+		"-many-endpoints": o.ManyEndpoints}
 	for name, v := range positive {
 		if v < 1 {
 			return fmt.Errorf("%s must be at least 1", name)
@@ -142,8 +161,8 @@ func (o *Options) Validate() error {
 	switch {
 	case o.BurstBatch > 1000 || o.IngestBatchSize > 1000:
 		return errors.New("-burst-batch and -ingest-batch-size must be at most 1000 (the API's batch limit)")
-	case o.NoisyDuration <= 0 || o.SteadyDuration <= 0:
-		return errors.New("-noisy-duration and -steady-duration must be positive")
+	case o.NoisyDuration <= 0 || o.SteadyDuration <= 0 || o.FlushDuration <= 0:
+		return errors.New("-noisy-duration, -steady-duration and -flush-duration must be positive")
 	case o.StallTimeout <= 0 || o.MaxWait <= 0:
 		return errors.New("-stall-timeout and -max-wait must be positive")
 	case o.MaxInFlight < 0 || o.WorkerConcurrency < 0:

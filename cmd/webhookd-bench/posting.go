@@ -16,6 +16,7 @@ type poster struct {
 	ledger  *ledger
 	make    func(i int) eventIn // the i-th event
 	targets []string            // receiver endpoints each event must reach
+	stop    <-chan struct{}     // Paced: once closed, no new event goes out (those under way finish)
 }
 
 // Batches posts n events in batches of size by clients concurrent
@@ -69,7 +70,7 @@ func (p poster) Paced(ctx context.Context, rate int, d time.Duration) (float64, 
 	var accepted atomic.Int64
 	g, ctx := errgroup.WithContext(ctx)
 	start := time.Now()
-	g.Go(func() error { return pace(ctx, due, rate, total) })
+	g.Go(func() error { return pace(ctx, p.stop, due, rate, total) })
 	for range max(8, rate/10) {
 		g.Go(func() error { return p.single(ctx, due, &accepted) })
 	}
@@ -80,8 +81,9 @@ func (p poster) Paced(ctx context.Context, rate int, d time.Duration) (float64, 
 }
 
 // pace hands out event numbers 0..total-1 on schedule: by t seconds after
-// the start, rate*t of them.
-func pace(ctx context.Context, due chan<- int, rate, total int) error {
+// the start, rate*t of them; it stops early, without error, once stop is
+// closed.
+func pace(ctx context.Context, stop <-chan struct{}, due chan<- int, rate, total int) error {
 	defer close(due)
 	tick := time.NewTicker(time.Second / time.Duration(rate))
 	defer tick.Stop()
@@ -93,6 +95,8 @@ func pace(ctx context.Context, due chan<- int, rate, total int) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-stop:
+			return nil
 		case <-tick.C:
 		}
 	}

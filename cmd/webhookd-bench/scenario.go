@@ -29,4 +29,10 @@ var scenarios = map[string]scenario{
 	"ingest":            ingestScenario,
 	"ingest-batch":      ingestBatchScenario,
 	"ingest-redis-down": ingestRedisDownScenario,
+	"one-slow":          oneSlowScenario,
+	"capacity":          capacityScenario,
+	"capacity-latency":  capacityLatencyScenario,
+	"kill":              killScenario,
+	"flush":             flushScenario,
+	"many-endpoints":    manyEndpointsScenario,
 }

@@ -60,7 +60,7 @@ func runNoisy(ctx context.Context, o *Options, seq int) (result, error) {
 		{Name: "B latency p50", Unit: milliseconds, Value: percentile(st.Latencies, 0.50), Target: info},
 		{Name: "B latency p99", Unit: milliseconds, Value: percentile(st.Latencies, 0.99), Target: below(1000, milliseconds)},
 		{Name: "B events accepted/s", Unit: perSecond, Value: offered, Target: info},
-		{Name: "A requests held at once (max)", Unit: count, Value: float64(s.recv.MaxInFlight("hang")), Target: info},
+		{Name: "A requests held at once (max)", Unit: count, Value: float64(s.recv.MaxInFlight("hang")), Target: atMost(10, count)},
 	}
 	return result{Figures: append(figs, common...)}, nil
 }

@@ -20,7 +20,8 @@ type stack struct {
 	redis  *redisServer
 	recv   *receiver
 	key    string
-	proc   *webhookdProcess
+	proc   *webhookdProcess   // webhookd all, or serve beside workers
+	extra  []*webhookdProcess // webhookd worker processes beside serve (startSplit)
 	api    *apiClient
 	client *http.Client // for /readyz and /metrics
 
@@ -104,7 +105,7 @@ func (s *stack) start(ctx context.Context, extra ...string) error {
 		return err
 	}
 	env := s.env(append([]string{"WEBHOOKD_API_ADDR=" + apiAddr, "WEBHOOKD_DASHBOARD_ADDR=" + dashAddr}, extra...)...)
-	s.proc, err = startWebhookd(s.opts.Webhookd, env, apiAddr, dashAddr, filepath.Join(s.dir, "webhookd.log"))
+	s.proc, err = startWebhookd(s.opts.Webhookd, "all", env, apiAddr, dashAddr, filepath.Join(s.dir, "webhookd.log"))
 	if err != nil {
 		return err
 	}
@@ -114,6 +115,72 @@ func (s *stack) start(ctx context.Context, extra ...string) error {
 	s.api = newAPIClient(s.proc.APIURL, s.key)
 	s.toolCPU = ownCPUTime()
 	return nil
+}
+
+// startSplitStack is startStack with webhookd as separate processes:
+// `webhookd serve` (the API and dashboard) and workers `webhookd worker`
+// processes (each with its ops listener), so that a worker can be killed
+// while the API goes on.
+func startSplitStack(ctx context.Context, opts *Options, seq, workers int, extra ...string) (*stack, error) {
+	s, err := prepareStack(ctx, opts, seq)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.startSplit(ctx, workers, extra...); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// startSplit runs `webhookd serve` and workers `webhookd worker` processes
+// with extra environment and waits until each /readyz answers 200.
+func (s *stack) startSplit(ctx context.Context, workers int, extra ...string) error {
+	apiAddr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	dashAddr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	env := s.env(append([]string{"WEBHOOKD_API_ADDR=" + apiAddr, "WEBHOOKD_DASHBOARD_ADDR=" + dashAddr}, extra...)...)
+	s.proc, err = startWebhookd(s.opts.Webhookd, "serve", env, apiAddr, dashAddr, filepath.Join(s.dir, "webhookd-serve.log"))
+	if err != nil {
+		return err
+	}
+	for i := range workers {
+		opsAddr, err := freeAddr()
+		if err != nil {
+			return err
+		}
+		env := s.env(append([]string{"WEBHOOKD_DASHBOARD_ADDR=" + opsAddr}, extra...)...)
+		w, err := startWebhookd(s.opts.Webhookd, "worker", env, "", opsAddr,
+			filepath.Join(s.dir, fmt.Sprintf("webhookd-worker-%d.log", i)))
+		if err != nil {
+			return err
+		}
+		s.extra = append(s.extra, w)
+	}
+	for _, p := range s.processes() {
+		if err := p.WaitReady(ctx, s.client); err != nil {
+			return err
+		}
+	}
+	s.api = newAPIClient(s.proc.APIURL, s.key)
+	s.toolCPU = ownCPUTime()
+	return nil
+}
+
+// processes are the webhookd processes started and not killed on purpose.
+func (s *stack) processes() []*webhookdProcess {
+	var out []*webhookdProcess
+	for _, p := range append([]*webhookdProcess{s.proc}, s.extra...) {
+		if p != nil && !p.killed {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // endpoint is one receiver endpoint a scenario creates.
@@ -145,10 +212,12 @@ func (s *stack) createEndpoints(ctx context.Context, eps []endpoint) (string, er
 
 // common is the figures every scenario reports: events lost, duplicates,
 // API requests refused (wanted as refusals says), and webhookd's peak RSS.
-// It fails if webhookd has exited.
+// It fails if a webhookd process has exited (one killed on purpose aside).
 func (s *stack) common(st deliveryStats, refusals target) ([]figure, error) {
-	if err := s.proc.Exited(); err != nil {
-		return nil, err
+	for _, p := range s.processes() {
+		if err := p.Exited(); err != nil {
+			return nil, err
+		}
 	}
 	usage, err := s.usage()
 	if err != nil {
@@ -163,15 +232,20 @@ func (s *stack) common(st deliveryStats, refusals target) ([]figure, error) {
 
 // usage is webhookd's peak resident set and the CPU time webhookd and the
 // tool have used since webhookd started: the tool shares the CPUs, and this
-// says how much it took.
+// says how much it took. With several webhookd processes, the peak is the
+// largest process's and the CPU time their sum (a killed one's is gone).
 func (s *stack) usage() ([]figure, error) {
 	rss, err := s.peakRSS()
 	if err != nil {
 		return nil, err
 	}
-	cpu, err := s.proc.CPUTime()
-	if err != nil {
-		return nil, err
+	var cpu time.Duration
+	for _, p := range s.processes() {
+		c, err := p.CPUTime()
+		if err != nil {
+			return nil, err
+		}
+		cpu += c
 	}
 	return []figure{rss,
 		{Name: "webhookd CPU time", Unit: seconds, Value: cpu.Seconds(), Target: info},
@@ -179,11 +253,16 @@ func (s *stack) usage() ([]figure, error) {
 	}, nil
 }
 
-// peakRSS is webhookd's peak resident set (VmHWM) so far.
+// peakRSS is webhookd's peak resident set (VmHWM) so far: the largest of
+// its processes' (a killed one's aside).
 func (s *stack) peakRSS() (figure, error) {
-	rss, err := s.proc.PeakRSS()
-	if err != nil {
-		return figure{}, err
+	var rss int64
+	for _, p := range s.processes() {
+		r, err := p.PeakRSS()
+		if err != nil {
+			return figure{}, err
+		}
+		rss = max(rss, r)
 	}
 	return figure{Name: "webhookd peak RSS", Unit: megabytes, Value: float64(rss), Target: below(200e6, megabytes)}, nil
 }
@@ -193,6 +272,9 @@ func (s *stack) peakRSS() (figure, error) {
 func (s *stack) Close() {
 	if s.recv != nil {
 		s.recv.Close()
+	}
+	for _, p := range s.extra {
+		p.Stop(15 * time.Second)
 	}
 	if s.proc != nil {
 		s.proc.Stop(15 * time.Second)

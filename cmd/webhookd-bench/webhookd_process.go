@@ -38,31 +38,35 @@ func runCommand(ctx context.Context, bin string, env []string, args ...string) (
 	return stdout.String(), nil
 }
 
-// webhookdProcess is a running `webhookd all`, its stderr going to logPath.
+// webhookdProcess is a running `webhookd all` (or serve, or worker), its
+// stderr going to logPath.
 type webhookdProcess struct {
-	APIURL       string // http://127.0.0.1:<port>
-	DashboardURL string // http://127.0.0.1:<port>
+	APIURL       string // http://127.0.0.1:<port>; none for a worker
+	DashboardURL string // http://127.0.0.1:<port>: the ops listener (/readyz, /metrics)
+	command      string // all, serve or worker
+	killed       bool   // by Kill: gone on purpose
 	cmd          *exec.Cmd
 	logPath      string
 	done         chan struct{}
 }
 
-// startWebhookd starts `webhookd all` with env, API and dashboard on the
-// given loopback addresses.
-func startWebhookd(bin string, env []string, apiAddr, dashboardAddr, logPath string) (*webhookdProcess, error) {
+// startWebhookd starts `webhookd <command>` (all, serve or worker) with
+// env, API and dashboard (or a worker's ops listener) on the given loopback
+// addresses.
+func startWebhookd(bin, command string, env []string, apiAddr, dashboardAddr, logPath string) (*webhookdProcess, error) {
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
 	defer logFile.Close() // the child has its own copy
-	cmd := exec.Command(bin, "all")
+	cmd := exec.Command(bin, command)
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = childAttrs()
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start webhookd all: %w", err)
+		return nil, fmt.Errorf("start webhookd %s: %w", command, err)
 	}
-	p := &webhookdProcess{APIURL: "http://" + apiAddr, DashboardURL: "http://" + dashboardAddr,
+	p := &webhookdProcess{APIURL: "http://" + apiAddr, DashboardURL: "http://" + dashboardAddr, command: command,
 		cmd: cmd, logPath: logPath, done: make(chan struct{})}
 	go func() { cmd.Wait(); close(p.done) }()
 	return p, nil
@@ -81,7 +85,7 @@ func (p *webhookdProcess) WaitReady(ctx context.Context, client *http.Client) er
 		}
 		select {
 		case <-p.done:
-			return fmt.Errorf("webhookd all exited at start: %s", p.LogTail(20))
+			return fmt.Errorf("webhookd %s exited at start: %s", p.command, p.LogTail(20))
 		case <-ctx.Done():
 			return fmt.Errorf("webhookd /readyz never answered 200: %w: %s", ctx.Err(), p.LogTail(20))
 		case <-tick.C:
@@ -93,7 +97,7 @@ func (p *webhookdProcess) WaitReady(ctx context.Context, client *http.Client) er
 func (p *webhookdProcess) Exited() error {
 	select {
 	case <-p.done:
-		return fmt.Errorf("webhookd all exited (%v): %s", p.cmd.ProcessState, p.LogTail(20))
+		return fmt.Errorf("webhookd %s exited (%v): %s", p.command, p.cmd.ProcessState, p.LogTail(20))
 	default:
 		return nil
 	}
@@ -146,9 +150,20 @@ func ownCPUTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// Kill ends the process with SIGKILL, as a crash would, and waits until
+// it is gone.
+func (p *webhookdProcess) Kill() {
+	p.killed = true
+	p.cmd.Process.Kill()
+	<-p.done
+}
+
 // Stop asks the process to shut down (SIGTERM) and kills it if it has not
 // gone within grace.
 func (p *webhookdProcess) Stop(grace time.Duration) {
+	if p.killed {
+		return
+	}
 	p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-p.done:

@@ -1,0 +1,54 @@
+package main
+
+import (
+	"context"
+	"fmt"
+)
+
+// oneSlowScenario: one endpoint answering in 200 ms, a backlog of events in
+// batches, webhookd's defaults (no max_in_flight sent): the common case of a
+// platform's biggest customer with an ordinary receiver. A fixed cap of 10
+// in flight would allow 50 deliveries/s; the adaptive limit must find the
+// receiver's room (issue 20, target 1).
+var oneSlowScenario = scenario{
+	Name: "one-slow",
+	Title: func(o *Options) string {
+		return fmt.Sprintf("one endpoint on type bench.one-slow answering after %s, created without max_in_flight; "+
+			"%s events in batches of %d by 4 clients; throughput from the first POST to the last receipt, and the "+
+			"most requests the endpoint held at once", slowDelay, thousands(float64(o.OneSlowEvents)), slowBatch)
+	},
+	Run: runOneSlow,
+}
+
+func runOneSlow(ctx context.Context, o *Options, seq int) (result, error) {
+	s, err := startStack(ctx, o, seq)
+	if err != nil {
+		return result{}, err
+	}
+	defer s.Close()
+	const name = "one-slow"
+	if _, err := s.createEndpoints(ctx, []endpoint{{name: name, behaviour: slow, eventType: "bench.one-slow"}}); err != nil {
+		return result{}, err
+	}
+	l := &ledger{}
+	p := poster{api: s.api, ledger: l, targets: []string{name},
+		make: func(i int) eventIn { return eventIn{Type: "bench.one-slow", Data: map[string]int{"n": i}} }}
+	sampler := sampleInFlight(s.recv, name)
+	if err := p.Batches(ctx, o.OneSlowEvents, slowBatch, 4); err != nil {
+		sampler.Stop()
+		return result{}, err
+	}
+	err = waitDelivered(ctx, s.recv, []string{name}, l.Expected(), o.StallTimeout, o.MaxWait)
+	secs := sampler.Stop()
+	if err != nil {
+		return result{}, err
+	}
+	st := l.Stats(s.recv)
+	common, err := s.common(st, none())
+	if err != nil {
+		return result{}, err
+	}
+	figs := append(throughputFigures(st, atLeast(1000, perSecond)),
+		figure{Name: "requests in flight at once (max)", Unit: count, Value: float64(s.recv.MaxInFlight(name)), Target: info})
+	return result{Figures: append(figs, common...), Notes: []string{"in flight at the endpoint, " + inFlightTable(secs)}}, nil
+}
