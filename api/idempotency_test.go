@@ -217,6 +217,10 @@ func TestIdempotencyInProgress(t *testing.T) {
 	k := storage.IdempotencyKey{ProjectID: project, Key: "slow", TTL: time.Hour,
 		Fingerprint: sha256.Sum256([]byte("POST /v1/events\n" + eventBody))}
 	claimed, finish, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	// A failed check must still let the first request end: it holds a
+	// pooled connection, and the harness's cleanup waits for the pool.
+	release := sync.OnceFunc(func() { close(finish) })
+	t.Cleanup(release)
 	go func() {
 		_, _, err := h.db.WithIdempotency(context.Background(), k, time.Now(), time.Second,
 			func(*storage.Store) (storage.StoredResponse, error) {
@@ -240,7 +244,7 @@ func TestIdempotencyInProgress(t *testing.T) {
 	if took < wait || took > wait*3/2 { // the wait once, not once per step
 		t.Fatalf("answered after %v, want %v", took, wait)
 	}
-	close(finish)
+	release()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}

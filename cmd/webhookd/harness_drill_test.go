@@ -38,6 +38,10 @@ var drillEnv = []string{
 	"WEBHOOKD_CONNECT_TIMEOUT=1s", "WEBHOOKD_RESPONSE_TIMEOUT=2s",
 	"WEBHOOKD_RETRY_SCHEDULE=" + strings.TrimSuffix(strings.Repeat("1s,", 60), ","),
 	"WEBHOOKD_RECONCILE_INTERVAL=1s",
+	// The breaker stays on, with probes as quick as the schedule: a
+	// receiver that fails for a while opens its circuit, and the drills
+	// prove that costs nothing once it is back.
+	"WEBHOOKD_CIRCUIT_PROBES=1s",
 }
 
 // proc is one webhookd process started from this test binary.
