@@ -98,15 +98,15 @@ type Endpoint struct {
 	ProjectID          string
 	URL                string
 	Description        string
-	EventTypes         []string // empty: every type
-	Status             string   // EndpointActive or EndpointDisabled
-	DisabledReason     *string  // nil while active
-	RateLimitPerSecond *int     // nil: unlimited
-	MaxInFlight        *int     // the ceiling of its adaptive limit per worker process; DefaultMaxInFlight unless set
+	EventTypes         []string   // empty: every type
+	Status             string     // EndpointActive or EndpointDisabled
+	DisabledReason     *string    // nil while active
+	RateLimitPerSecond *int       // nil: unlimited
+	MaxInFlight        *int       // the ceiling of its adaptive limit per worker process; DefaultMaxInFlight unless set
 	Circuit            string     // CircuitClosed, CircuitOpen or CircuitProbing
 	ProbeAt            *time.Time // while not closed: when the next probe may go
-	Secret             string   // whsec_ + base64
-	PreviousSecret     *string  // still signs until PreviousExpiresAt
+	Secret             string     // whsec_ + base64
+	PreviousSecret     *string    // still signs until PreviousExpiresAt
 	PreviousExpiresAt  *time.Time
 	Version            int
 	CreatedAt          time.Time
