@@ -50,7 +50,13 @@ func (d *Deliverer) circuitGate(ctx context.Context, r Request, l *storage.Lease
 		return Result{Status: t.Status}, nil, false
 	}
 	if at := l.Endpoint.ProbeAt; at != nil && at.After(now) {
-		// Until the probe, or until its window is over (a dead letter then).
+		// Until the probe, or until its window is over (a dead letter
+		// then). While a probe is in flight its probe_at is only its lease's
+		// end: look again after the first probe's wait, as a failed probe
+		// sets the next one about then (a successful one wakes it at once).
+		if l.Endpoint.Circuit == webhookd.CircuitProbing {
+			*at = earliest(*at, now.Add(probeWait(d.circuit.Probes, 0)))
+		}
 		res, err := d.holdLeased(ctx, r, l, earliest(*at, l.Delivery.CreatedAt.Add(d.schedule.Window())), holdCircuit)
 		return res, err, false
 	}

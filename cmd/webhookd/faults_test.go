@@ -308,10 +308,12 @@ func TestTwoWorkersOneKilled(t *testing.T) {
 	<-a.exited
 	d.carryOn(200, "by the surviving worker")
 	d.stopLoad()
-	d.verify(150 * time.Second)
+	dup := d.verify(150 * time.Second)
 	t.Logf("%d requests were cut short by the kill", cut.Load())
-	if cut.Load() == 0 {
-		t.Errorf("no request was in flight when worker A was killed; the drill proved nothing")
+	// Worker A's attempts in flight at the kill: cut short at the receiver,
+	// or answered there and never recorded (so made again: a duplicate).
+	if cut.Load() == 0 && dup == 0 {
+		t.Errorf("no attempt of worker A was in flight when it was killed; the drill proved nothing")
 	}
 }
 

@@ -345,7 +345,7 @@ func (d *drill) deliveredCount() int {
 
 // verify waits up to limit for every accepted delivery to reach its
 // endpoint, then checks that nothing else arrived and reports duplicates.
-func (d *drill) verify(limit time.Duration) {
+func (d *drill) verify(limit time.Duration) (duplicates int) {
 	d.t.Helper()
 	deadline := time.Now().Add(limit)
 	for {
@@ -384,4 +384,5 @@ func (d *drill) verify(limit time.Duration) {
 	}
 	d.t.Logf("ledger: %d deliveries accepted (answers by status %v), all received; %d received more than once (%d extra requests)",
 		len(d.want), d.statuses, dup, extra)
+	return dup
 }
