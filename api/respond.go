@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -56,9 +57,13 @@ func appError(err error) *webhookd.Error {
 		pe *pgconn.PgError
 	)
 	// Connection exceptions (08) and operator intervention (57: shutdown,
-	// restart) mean PostgreSQL is going or coming back.
+	// restart) mean PostgreSQL is going or coming back; so does a
+	// connection cut in the middle of a query (pgx reports the cut as an
+	// unexpected EOF: a reset, a restart with immediate shutdown, a
+	// network fault), or one already closed.
 	outage := errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "08") || strings.HasPrefix(pe.Code, "57"))
-	if outage || errors.As(err, &ce) || errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) {
+	cut := errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed)
+	if outage || cut || errors.As(err, &ce) || errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) {
 		return &webhookd.Error{Code: webhookd.CodeUnavailable, Message: "the service is temporarily unavailable; retry later"}
 	}
 	return &webhookd.Error{Code: webhookd.CodeInternal, Message: "internal error"}

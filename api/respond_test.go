@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"testing"
 
@@ -20,6 +22,11 @@ func TestAppErrorMapsOutagesToUnavailable(t *testing.T) {
 		{fmt.Errorf("create events: %w", &pgconn.PgError{Code: "57P01"}), http.StatusServiceUnavailable}, // admin shutdown
 		{&pgconn.PgError{Code: "08006"}, http.StatusServiceUnavailable},                                  // connection failure
 		{fmt.Errorf("x: %w", context.DeadlineExceeded), http.StatusServiceUnavailable},
+		// A connection cut mid-query (the chaos soak's reset_peer and
+		// immediate restarts): pgx reports an unexpected EOF.
+		{fmt.Errorf("ingest: %w", io.ErrUnexpectedEOF), http.StatusServiceUnavailable},
+		{fmt.Errorf("api key: %w", fmt.Errorf("read: %w", io.EOF)), http.StatusServiceUnavailable},
+		{fmt.Errorf("x: %w", net.ErrClosed), http.StatusServiceUnavailable},
 		{&pgconn.PgError{Code: "23505"}, http.StatusInternalServerError},
 		{errors.New("boom"), http.StatusInternalServerError},
 		{webhookd.Invalid("type", "bad"), http.StatusBadRequest},
