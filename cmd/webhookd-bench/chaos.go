@@ -156,7 +156,11 @@ func soak(ctx context.Context, o *chaosOptions) (*chaosReport, error) {
 	}
 	stopSampling()
 	progress("chaos: backlog %s; checking the ledger", map[bool]string{true: "drained", false: "NOT drained"}[drained])
-	return buildChaosReport(ctx, o, sys, load, runner.Records(), plan, start, faultsOver, resolved)
+	rep, err := buildChaosReport(ctx, o, sys, load, runner.Records(), plan, start, faultsOver, resolved)
+	if err == nil && len(rep.Failures) > 0 {
+		sys.keep = true // the processes' logs, for the request ids the report names
+	}
+	return rep, err
 }
 
 // createEndpoints adds the soak's endpoints to the receiver and the API.

@@ -53,6 +53,7 @@ type apiAnswer struct {
 	status     int    // 0: no answer
 	retryAfter bool   // the answer had Retry-After
 	failure    string // no answer: why (a dial error, a timeout, ...)
+	requestID  string // X-Request-Id, to find the request in the process's log
 }
 
 // answerLog is every try of every sender, in the order they ended.
@@ -100,6 +101,7 @@ func (t recordingTransport) RoundTrip(req *http.Request) (*http.Response, error)
 		a.failure = err.Error()
 	} else {
 		a.status, a.retryAfter = resp.StatusCode, resp.Header.Get("Retry-After") != ""
+		a.requestID = resp.Header.Get("X-Request-Id")
 	}
 	t.log.add(a)
 	return resp, err

@@ -115,7 +115,7 @@ func countAnswers(answers []apiAnswer, faults []faultRecord, grace time.Duration
 			c.Unavailable++
 		case a.status == 503:
 			c.UnavailableNoRetry++
-			example("%s %s: 503 without Retry-After", a.at.UTC().Format("15:04:05.000"), a.serve)
+			example("%s %s: 503 without Retry-After (%s)", a.at.UTC().Format("15:04:05.000"), a.serve, a.requestID)
 		case a.status == 409 && a.retryAfter:
 			c.InProgress++
 			continue
@@ -128,7 +128,7 @@ func countAnswers(answers []apiAnswer, faults []faultRecord, grace time.Duration
 			c.NoAnswer++
 		default:
 			c.OtherStatus[a.status]++
-			example("%s %s: answered %d", a.at.UTC().Format("15:04:05.000"), a.serve, a.status)
+			example("%s %s: answered %d (%s)", a.at.UTC().Format("15:04:05.000"), a.serve, a.status, a.requestID)
 			continue
 		}
 		if !inOutage {

@@ -33,6 +33,7 @@ type chaosSystem struct {
 	http  *http.Client
 
 	endpointNames map[string]string // endpoint id -> receiver endpoint name
+	keep          bool              // keep dir (the logs) at Close
 }
 
 // chaosProc is one webhookd process slot: what it runs, on which
@@ -176,10 +177,13 @@ func (s *chaosSystem) Close() {
 	if s.pg != nil {
 		s.pg.Close()
 	}
-	if s.dir != "" && os.Getenv("WEBHOOKD_CHAOS_KEEP") == "" {
+	switch {
+	case s.dir == "":
+	case s.keep || os.Getenv("WEBHOOKD_CHAOS_KEEP") != "":
+		os.Remove(filepath.Join(s.dir, "dump.rdb"))
+		progress("chaos: kept the processes' logs in %s", s.dir)
+	default:
 		os.RemoveAll(s.dir)
-	} else if s.dir != "" {
-		progress("chaos: kept logs in %s (WEBHOOKD_CHAOS_KEEP)", s.dir)
 	}
 }
 
