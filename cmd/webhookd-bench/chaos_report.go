@@ -218,7 +218,7 @@ func (r *chaosReport) Write(w io.Writer) error {
 		"throwaway PostgreSQL server and one redis-server, each process reaching both through a toxiproxy proxy of its own; "+
 		"senders on the Go client (`client/`) over both serve processes (single events, batches of 2–10, 12%% repeats of an "+
 		"earlier send with its Idempotency-Key); endpoints answering at once, in 200 ms, flapping (503 for 4 s in 8), 429 with "+
-		"`Retry-After: 1` to a third, hanging, and 410 from %s on; faults on a seeded schedule; then the ledger.", r.Opts.Duration*2/5)
+		"`Retry-After: 1` to a third, hanging (2 events in 1,000), and 410 from %s on; faults on a seeded schedule; then the ledger.", r.Opts.Duration*2/5)
 	p("")
 	verdict := "**the ledger holds**"
 	if len(r.Failures) > 0 {
@@ -234,7 +234,7 @@ func (r *chaosReport) Write(w io.Writer) error {
 	p("| seed | %d |", r.Opts.Seed)
 	p("| load and faults | %s at %d events/s from %d senders, a fault every %s on average |", r.Ran.Round(time.Second),
 		r.Opts.Rate, r.Opts.Senders, r.Opts.FaultGap)
-	p("| retry schedule | %s (WEBHOOKD_RETRY_SCHEDULE); response timeout 5s, request timeout 10s |", r.Opts.RetrySchedule)
+	p("| retry schedule | %s (WEBHOOKD_RETRY_SCHEDULE); response timeout 3s, request timeout 10s |", r.Opts.RetrySchedule)
 	p("| drain after the last fault | %s (bound %s), %s |", r.DrainTook.Round(time.Second), r.Opts.DrainBound,
 		map[bool]string{true: "nothing left waiting", false: "NOT drained"}[r.Drained])
 	p("| command | `%s` |", r.Command)
