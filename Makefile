@@ -109,9 +109,12 @@ chaos: build bench-tool
 ## chaos-smoke: two short soaks printed to stdout, what CI runs: a fixed seed
 ## and a random one, 60 s of load and faults each
 CHAOS_SMOKE_SEED ?= 21
+## (both run even when the first fails, so every submission tries a new seed)
 chaos-smoke: build bench-tool
-	$(BENCH_TOOL) chaos -webhookd $(BIN) -duration 60s -fault-gap 5s -seed $(CHAOS_SMOKE_SEED) -out -
-	$(BENCH_TOOL) chaos -webhookd $(BIN) -duration 60s -fault-gap 5s -seed 0 -out -
+	@rc=0; \
+	$(BENCH_TOOL) chaos -webhookd $(BIN) -duration 60s -fault-gap 5s -seed $(CHAOS_SMOKE_SEED) -out - || rc=1; \
+	$(BENCH_TOOL) chaos -webhookd $(BIN) -duration 60s -fault-gap 5s -seed 0 -out - || rc=1; \
+	exit $$rc
 
 ## bench-tool: compile the load tool into bin/
 bench-tool:
