@@ -39,7 +39,7 @@ TEMPL_TOOL := github.com/a-h/templ/cmd/templ
 
 .DEFAULT_GOAL := build
 
-.PHONY: build run test test-sdks soak fuzz bench bench-go bench-smoke bench-tool bench-baseline generate check-generated vet fmt-check
+.PHONY: build run test test-sdks soak fuzz bench bench-go bench-smoke bench-tool bench-baseline generate check-generated vet fmt-check chaos chaos-smoke
 
 ## build: compile the webhookd binary into bin/
 build:
@@ -107,6 +107,27 @@ bench-go:
 bench-smoke: build bench-tool
 	$(MAKE) --no-print-directory bench-go BENCHTIME=1x
 	$(BENCH_TOOL) -webhookd $(BIN) $(BENCH_SMOKE_FLAGS) -out -$(BENCH_AB)
+
+## chaos: the chaos soak (webhookd-bench chaos): 2 serve and 2 worker processes
+## on a throwaway PostgreSQL and Redis behind toxiproxy, load through the Go
+## client, every kind of fault on a seeded schedule, then the ledger of every
+## event; writes RELIABILITY.md. CHAOS_DURATION (default 3m; a long one:
+## make chaos CHAOS_DURATION=30m), CHAOS_SEED (0: a random one, printed)
+CHAOS_DURATION ?= 3m
+CHAOS_SEED     ?= 0
+CHAOS_FLAGS    ?=
+chaos: build bench-tool
+	$(BENCH_TOOL) chaos -webhookd $(BIN) -duration $(CHAOS_DURATION) -seed $(CHAOS_SEED) -out RELIABILITY.md $(CHAOS_FLAGS)
+
+## chaos-smoke: two short soaks printed to stdout, what CI runs: a fixed seed
+## and a random one, 60 s of load and faults each
+CHAOS_SMOKE_SEED ?= 21
+## (both run even when the first fails, so every submission tries a new seed)
+chaos-smoke: build bench-tool
+	@rc=0; \
+	$(BENCH_TOOL) chaos -webhookd $(BIN) -duration 60s -fault-gap 5s -seed $(CHAOS_SMOKE_SEED) -out - || rc=1; \
+	$(BENCH_TOOL) chaos -webhookd $(BIN) -duration 60s -fault-gap 5s -seed 0 -out - || rc=1; \
+	exit $$rc
 
 ## bench-tool: compile the load tool into bin/
 bench-tool:

@@ -37,6 +37,9 @@ func main() {
 
 // run executes one command line and returns the exit status.
 func run(args []string) int {
+	if len(args) > 0 && args[0] == "chaos" {
+		return runChaos(args[1:])
+	}
 	o := &Options{}
 	fs := flag.NewFlagSet("webhookd-bench", flag.ContinueOnError)
 	o.bind(fs)

@@ -1,0 +1,242 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// waitDrained polls PostgreSQL until no delivery waits for an attempt, or
+// deadline passes (drained false).
+func (s *chaosSystem) waitDrained(ctx context.Context, deadline time.Time) (bool, error) {
+	for {
+		n, err := s.waiting(ctx)
+		if err == nil && n == 0 {
+			return true, nil
+		}
+		if time.Now().After(deadline) {
+			return false, nil
+		}
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// waiting counts deliveries still pending or retrying.
+func (s *chaosSystem) waiting(ctx context.Context) (int, error) {
+	conn, err := pgx.Connect(ctx, s.db.URL)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var n int
+	err = conn.QueryRow(ctx, "SELECT count(*) FROM deliveries WHERE status IN ('pending', 'retrying')").Scan(&n)
+	return n, err
+}
+
+// dbDelivery is a delivery as PostgreSQL has it at the end.
+type dbDelivery struct {
+	endpoint string // the receiver's name for it
+	status   string
+	reason   string // the dead letter's, if any
+}
+
+// dbState is what the ledger reads from PostgreSQL: every event with its
+// deliveries, and when the 410 endpoint was disabled.
+type dbState struct {
+	events     map[string][]dbDelivery // event id -> deliveries
+	eventTypes map[string]string
+	created    map[string]time.Time
+	goneAt     time.Time // zero: not disabled
+}
+
+func (s *chaosSystem) readState(ctx context.Context) (*dbState, error) {
+	conn, err := pgx.Connect(ctx, s.db.URL)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	st := &dbState{events: make(map[string][]dbDelivery), eventTypes: make(map[string]string),
+		created: make(map[string]time.Time)}
+	rows, err := conn.Query(ctx, "SELECT id, type, created_at FROM events")
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var id, typ string
+		var at time.Time
+		if err := rows.Scan(&id, &typ, &at); err != nil {
+			return nil, err
+		}
+		st.events[id], st.eventTypes[id], st.created[id] = nil, typ, at
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	rows, err = conn.Query(ctx, `SELECT d.event_id, d.endpoint_id, d.status, coalesce(dl.reason, '')
+		FROM deliveries d LEFT JOIN dead_letters dl ON dl.delivery_id = d.id`)
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var ev, ep string
+		var d dbDelivery
+		if err := rows.Scan(&ev, &ep, &d.status, &d.reason); err != nil {
+			return nil, err
+		}
+		d.endpoint = s.endpointNames[ep]
+		st.events[ev] = append(st.events[ev], d)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	for id, name := range s.endpointNames {
+		if name != "gone" {
+			continue
+		}
+		var disabled *string
+		var updated time.Time
+		if err := conn.QueryRow(ctx, "SELECT disabled_reason, updated_at FROM endpoints WHERE id = $1", id).
+			Scan(&disabled, &updated); err != nil {
+			return nil, err
+		}
+		if disabled != nil {
+			st.goneAt = updated
+		}
+	}
+	return st, nil
+}
+
+// ledger is the soak's verdict on every event: counts, and what failed.
+type chaosLedger struct {
+	Sends, SendsRepeated, KeysMismatched, SendsUnresolved int
+	EventsSent, EventsInDB, EventsUnknown, EventsMissing  int
+	Deliveries, Delivered, NotRoutedGone                  int
+	DeadLetters                                           map[string]int // by endpoint/reason
+	DeadUnexplained, Lost, NotFinished, Misrouted         int
+	SucceededUnseen                                       int
+	Duplicates, DuplicatesExplained                       int
+	DuplicatesBy                                          map[string]int // by endpoint
+	Examples                                              []string       // a few failures, for the reproduction
+}
+
+// checkLedger compares the sends, the receiver and PostgreSQL.
+func checkLedger(load *chaosLoad, recv *chaosReceiver, st *dbState, windows []faultRecord, grace time.Duration) chaosLedger {
+	l := chaosLedger{DeadLetters: make(map[string]int), DuplicatesBy: make(map[string]int)}
+	example := func(format string, args ...any) {
+		if len(l.Examples) < 10 {
+			l.Examples = append(l.Examples, fmt.Sprintf(format, args...))
+		}
+	}
+	sent := make(map[string]string) // event id -> type
+	for _, op := range load.Ops() {
+		op.mu.Lock()
+		l.Sends++
+		if op.repeats > 0 {
+			l.SendsRepeated++
+		}
+		if len(op.mismatch) > 0 {
+			l.KeysMismatched++
+			example("key %s answered %v first, then %v", op.key, op.ids, op.mismatch)
+		}
+		if op.ids == nil {
+			l.SendsUnresolved++
+			example("key %s never got through: %v", op.key, op.err)
+		}
+		for i, id := range op.ids {
+			sent[id] = op.events[i].Type
+		}
+		op.mu.Unlock()
+	}
+	l.EventsSent, l.EventsInDB = len(sent), len(st.events)
+	for id := range st.events {
+		if _, ok := sent[id]; !ok {
+			l.EventsUnknown++
+			example("event %s is in PostgreSQL but no send got its id: a second event for one key", id)
+		}
+	}
+	ids := make([]string, 0, len(sent))
+	for id := range sent {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		dels, ok := st.events[id]
+		if !ok {
+			l.EventsMissing++
+			example("event %s was accepted (2xx) but is not in PostgreSQL", id)
+			continue
+		}
+		want := routes(sent[id])
+		for _, d := range dels {
+			if !slices.Contains(want, d.endpoint) {
+				l.Misrouted++
+				example("event %s (%s) has a delivery to %s", id, sent[id], d.endpoint)
+			}
+		}
+		for _, name := range want {
+			l.Deliveries++
+			i := slices.IndexFunc(dels, func(d dbDelivery) bool { return d.endpoint == name })
+			rec, _ := recv.Receipt(name, id)
+			if i < 0 {
+				if name == "gone" && !st.goneAt.IsZero() && !st.created[id].Before(st.goneAt.Add(-time.Second)) {
+					l.NotRoutedGone++ // created once the endpoint had said 410 and was disabled
+					continue
+				}
+				l.Lost++
+				example("event %s: no delivery to %s", id, name)
+				continue
+			}
+			d := dels[i]
+			switch d.status {
+			case "succeeded":
+				if rec.ok == 0 {
+					l.SucceededUnseen++
+					example("event %s: succeeded at %s, which never answered it 2xx", id, name)
+					continue
+				}
+				l.Delivered++
+			case "dead_letter":
+				l.DeadLetters[name+"/"+d.reason]++
+				explained := rec.refused > 0 || name == "hanging" && rec.receipts > 0 ||
+					d.reason == "endpoint_disabled" && name == "gone"
+				if !explained {
+					l.DeadUnexplained++
+					example("event %s: dead letter (%s) at %s, which never refused it (%d receipts)", id, d.reason, name, rec.receipts)
+				}
+			default:
+				l.NotFinished++
+				example("event %s: delivery to %s still %s after the drain", id, name, d.status)
+			}
+			for range rec.afterOK {
+				l.Duplicates++
+				l.DuplicatesBy[name]++
+				if duringFault(rec.firstOK, windows, grace) {
+					l.DuplicatesExplained++
+				} else {
+					example("event %s: delivered again to %s though answered 2xx at %s, outside every fault",
+						id, name, rec.firstOK.UTC().Format("15:04:05.000"))
+				}
+			}
+		}
+	}
+	return l
+}
+
+// duringFault reports whether t lies in a fault, from 3 s before it (an attempt answered just before a kill)
+// to grace after it was undone.
+func duringFault(t time.Time, windows []faultRecord, grace time.Duration) bool {
+	for _, w := range windows {
+		if !t.Before(w.Start.Add(-3*time.Second)) && !t.After(w.End.Add(grace)) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+)
+
+// The schedule is a function of the seed alone (so a printed seed repeats
+// a run), and a soak long enough for it injects every kind of fault.
+func TestPlanFaultsRepeatsAndCoversEveryKind(t *testing.T) {
+	procs := []string{"serve-1", "serve-2", "worker-1", "worker-2"}
+	proxies := []string{"serve-1/postgres", "serve-1/redis", "worker-1/postgres", "worker-1/redis"}
+	a := planFaults(42, 3*time.Minute, 6*time.Second, procs, proxies)
+	b := planFaults(42, 3*time.Minute, 6*time.Second, procs, proxies)
+	if !reflect.DeepEqual(a, b) {
+		t.Fatal("two plans of one seed differ")
+	}
+	if c := planFaults(43, 3*time.Minute, 6*time.Second, procs, proxies); reflect.DeepEqual(a, c) {
+		t.Fatal("two seeds gave one plan")
+	}
+	for _, kind := range faultKinds {
+		if !slices.ContainsFunc(a, func(f plannedFault) bool { return f.Kind == kind }) {
+			t.Errorf("no %s in a 3-minute plan", kind)
+		}
+	}
+	for _, f := range a {
+		if f.At < 0 || f.At+f.Hold > 3*time.Minute || f.Hold <= 0 {
+			t.Errorf("%s: outside the soak", f)
+		}
+		if f.Kind == "storm" && len(f.Targets) < 2 {
+			t.Errorf("%s: a storm of fewer than two proxies", f)
+		}
+	}
+}
+
+func TestDuringFault(t *testing.T) {
+	t0 := time.Date(2026, 12, 2, 1, 0, 0, 0, time.UTC)
+	w := []faultRecord{{Start: t0, End: t0.Add(5 * time.Second)}}
+	for _, c := range []struct {
+		at   time.Duration
+		want bool
+	}{{-4 * time.Second, false}, {-2 * time.Second, true}, {3 * time.Second, true}, {14 * time.Second, true}, {16 * time.Second, false}} {
+		if got := duringFault(t0.Add(c.at), w, 10*time.Second); got != c.want {
+			t.Errorf("at %s: %v, want %v", c.at, got, c.want)
+		}
+	}
+}
+
+// A blackhole is toxiproxy's timeout toxic with no timeout: the data is
+// held until the toxic goes.
+func TestToxicFor(t *testing.T) {
+	if b := toxicFor("blackhole", 500); b.Type != "timeout" || b.Attributes["timeout"] != 0 {
+		t.Errorf("blackhole: %+v", b)
+	}
+	if l := toxicFor("latency", 800); l.Attributes["latency"] != 800 || l.Attributes["jitter"] != 200 {
+		t.Errorf("latency: %+v", l)
+	}
+}
+
+func TestRoutes(t *testing.T) {
+	if got := routes("audit.logged"); !slices.Equal(got, []string{"instant", "slow", "ratelimited", "hanging"}) {
+		t.Errorf("audit.logged goes to %v", got)
+	}
+	if got := routes("order.created"); !slices.Equal(got, []string{"instant", "slow", "flapping", "gone"}) {
+		t.Errorf("order.created goes to %v", got)
+	}
+}
