@@ -172,3 +172,30 @@ func TestEndpointsShowConcurrencyAndSetMaxInFlight(t *testing.T) {
 		t.Fatalf("max_in_flight after clearing: %q, want the default", v)
 	}
 }
+
+// TestEndpointsShowAnOpenCircuit: an endpoint whose circuit is open says
+// so, with its next probe, and one disabled for failing says why.
+func TestEndpointsShowAnOpenCircuit(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	ep, _ := f.seed("acme", 1, "invoice.paid")
+	ctx := context.Background()
+	if _, err := f.db.Pool().Exec(ctx, `UPDATE endpoints SET circuit = 'open', probe_at = now() + interval '5 minutes',
+		status = 'disabled', disabled_reason = 'failing' WHERE id = $1`, ep); err != nil {
+		t.Fatal(err)
+	}
+	c := f.client()
+	f.login(c)
+	_, body := f.do(c, "GET", "/endpoints", nil, nil)
+	doc, _ := goquery.NewDocumentFromReader(strings.NewReader(body))
+	row := doc.Find(`tr[data-endpoint-id="` + ep + `"]`)
+	if got := row.Find(".circuit").Text(); got != "circuit open" {
+		t.Fatalf("circuit badge %q", got)
+	}
+	if got := row.Find(".next-probe").Text(); !strings.Contains(got, "from now") {
+		t.Fatalf("next probe %q", got)
+	}
+	if got := row.Find(".badge-dead_letter").Text(); got != "disabled: failing" {
+		t.Fatalf("disabled badge %q", got)
+	}
+}

@@ -252,8 +252,11 @@ func endpointPath(id string) string { return "/endpoints/" + url.PathEscape(id) 
 
 // endpointDisabledLabel says why an endpoint is disabled.
 func endpointDisabledLabel(reason *string) string {
-	if reason != nil && *reason == webhookd.DisabledGone {
+	switch {
+	case reason != nil && *reason == webhookd.DisabledGone:
 		return "disabled: 410 Gone"
+	case reason != nil && *reason == webhookd.DisabledFailing:
+		return "disabled: failing"
 	}
 	return "disabled"
 }
