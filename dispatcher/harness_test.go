@@ -95,7 +95,10 @@ func newEnv(t testing.TB, tweak func(*dispatcher.Config)) *env {
 	}
 	cfg := dispatcher.Config{DB: db, Redis: rdb, Schedule: dispatcher.Schedule{time.Second, time.Second, time.Second, time.Second},
 		HTTP:        dispatcher.HTTPConfig{AllowPrivateNetworks: true, ConnectTimeout: 2 * time.Second, ResponseTimeout: 2 * time.Second},
-		Concurrency: 10, ReconcileInterval: time.Hour, ReconcileGrace: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		Concurrency: 10, ReconcileInterval: time.Hour, ReconcileGrace: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		// The breaker off: the tests of other behaviour fail endpoints on
+		// purpose; lifecycle_test.go turns it on.
+		Circuit: storage.CircuitConfig{After: -1, DisableAfter: -1}}
 	if tweak != nil {
 		tweak(&cfg)
 	}
