@@ -65,7 +65,9 @@ func (s *chaosSystem) readState(ctx context.Context) (*dbState, error) {
 	defer conn.Close(context.WithoutCancel(ctx))
 	st := &dbState{events: make(map[string][]dbDelivery), eventTypes: make(map[string]string),
 		created: make(map[string]time.Time)}
-	rows, err := conn.Query(ctx, "SELECT id, type, created_at FROM events")
+	// webhookd's own operational events (webhookd.*: a circuit opened, a
+	// dead letter) are not the senders'.
+	rows, err := conn.Query(ctx, "SELECT id, type, created_at FROM events WHERE type NOT LIKE 'webhookd.%'")
 	if err != nil {
 		return nil, err
 	}
@@ -81,7 +83,7 @@ func (s *chaosSystem) readState(ctx context.Context) (*dbState, error) {
 		return nil, err
 	}
 	rows, err = conn.Query(ctx, `SELECT d.event_id, d.endpoint_id, d.status, coalesce(dl.reason, '')
-		FROM deliveries d LEFT JOIN dead_letters dl ON dl.delivery_id = d.id`)
+		FROM deliveries d LEFT JOIN dead_letters dl ON dl.delivery_id = d.id WHERE d.event_type NOT LIKE 'webhookd.%'`)
 	if err != nil {
 		return nil, err
 	}

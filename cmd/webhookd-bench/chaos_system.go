@@ -140,7 +140,10 @@ func (s *chaosSystem) env(extra ...string) []string {
 	env = append(env, "WEBHOOKD_ALLOW_PRIVATE_NETWORKS=true", "WEBHOOKD_LOG_LEVEL=warn", "WEBHOOKD_LOG_FORMAT=json",
 		"WEBHOOKD_RETRY_SCHEDULE="+s.opts.RetrySchedule, "WEBHOOKD_RESPONSE_TIMEOUT=3s",
 		"WEBHOOKD_REQUEST_TIMEOUT=10s", "WEBHOOKD_DRAIN_TIMEOUT=10s", "WEBHOOKD_WORKER_CONCURRENCY=100",
-		"WEBHOOKD_RECONCILE_INTERVAL=2s", "WEBHOOKD_ADMIN_TOKEN=chaos-soak-admin-token")
+		"WEBHOOKD_RECONCILE_INTERVAL=2s", "WEBHOOKD_ADMIN_TOKEN=chaos-soak-admin-token",
+		// The breaker on, its probes as quick as the retry schedule: the
+		// flapping and hanging endpoints open their circuits.
+		"WEBHOOKD_CIRCUIT_PROBES=1s")
 	return append(env, extra...)
 }
 
