@@ -104,22 +104,27 @@ func (s *Server) setEndpointStatus(w http.ResponseWriter, r *http.Request) {
 		s.render(w, r, http.StatusBadRequest, errorPage("Bad request", "Unknown endpoint status."))
 		return
 	}
+	done := "enabled"
+	if status == webhookd.EndpointDisabled {
+		done = "disabled"
+	}
+	s.patchEndpointThen(w, r, storage.EndpointPatch{Status: &status}, done)
+}
+
+// patchEndpointThen applies p to the endpoint the path names and goes back to
+// the list saying done (or that the endpoint is gone).
+func (s *Server) patchEndpointThen(w http.ResponseWriter, r *http.Request, p storage.EndpointPatch, done string) {
 	ep, ok := s.endpointOf(w, r)
 	if !ok {
 		return
 	}
-	if _, err := s.store.UpdateEndpoint(r.Context(), ep.ProjectID, ep.ID, storage.EndpointPatch{Status: &status},
-		s.cfg.Clock.Now()); err != nil {
+	if _, err := s.store.UpdateEndpoint(r.Context(), ep.ProjectID, ep.ID, p, s.cfg.Clock.Now()); err != nil {
 		if webhookd.ErrorCode(err) == webhookd.CodeNotFound {
 			redirect(w, r, "/endpoints?done="+webhookd.CodeNotFound)
 			return
 		}
 		s.fail(w, r, err)
 		return
-	}
-	done := "enabled"
-	if status == webhookd.EndpointDisabled {
-		done = "disabled"
 	}
 	redirect(w, r, "/endpoints?done="+done)
 }
@@ -138,20 +143,7 @@ func (s *Server) setMaxInFlight(w http.ResponseWriter, r *http.Request) {
 		}
 		m = &n
 	}
-	ep, ok := s.endpointOf(w, r)
-	if !ok {
-		return
-	}
-	if _, err := s.store.UpdateEndpoint(r.Context(), ep.ProjectID, ep.ID, storage.EndpointPatch{MaxInFlight: &m},
-		s.cfg.Clock.Now()); err != nil {
-		if webhookd.ErrorCode(err) == webhookd.CodeNotFound {
-			redirect(w, r, "/endpoints?done="+webhookd.CodeNotFound)
-			return
-		}
-		s.fail(w, r, err)
-		return
-	}
-	redirect(w, r, "/endpoints?done=max_in_flight")
+	s.patchEndpointThen(w, r, storage.EndpointPatch{MaxInFlight: &m}, "max_in_flight")
 }
 
 // sendTestEvent sends a webhookd.test event to this endpoint alone, as POST
