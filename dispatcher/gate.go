@@ -54,6 +54,7 @@ type endpointState struct {
 	circuitOpen bool
 	circuitSeen time.Time
 	failStreak  int       // consecutive attempts in this process that failed for the breaker
+	failFrom    time.Time // when the first of them ended
 	failAt      time.Time // when the last of them ended
 }
 
@@ -210,6 +211,9 @@ func (g *gate) release(ep string, took time.Duration, sig signal) {
 	case signalOK:
 		s.failStreak = 0
 	case signalTimeout, signalServerError:
+		if s.failStreak == 0 {
+			s.failFrom = time.Now()
+		}
 		s.failStreak, s.failAt = s.failStreak+1, time.Now()
 	}
 	s.inFlight--
@@ -323,5 +327,5 @@ func (g *gate) circuitOpen(ep string, after int) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	s, ok := g.eps[ep]
-	return ok && (s.circuitOpen || after > 0 && s.failStreak >= after)
+	return ok && (s.circuitOpen || after > 0 && s.failStreak >= after && s.failAt.Sub(s.failFrom) >= storage.CircuitMinSpan)
 }

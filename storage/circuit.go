@@ -23,6 +23,12 @@ type CircuitConfig struct {
 	DisableAfter time.Duration
 }
 
+// CircuitMinSpan is how long an endpoint must have been failing, besides
+// the count, before its circuit opens: a burst of refusals from a receiver
+// that is there but full (a limit that overshot its capacity answered 503
+// a dozen times within a millisecond) is not an outage.
+const CircuitMinSpan = time.Second
+
 // CircuitOutcome is one recorded attempt as the breaker counts it.
 type CircuitOutcome struct {
 	EndpointID string
@@ -41,7 +47,8 @@ type CircuitChange struct {
 
 // ApplyCircuit counts outcomes towards each endpoint's breaker, in order:
 // a success closes the circuit and ends the failing spell; a failure adds
-// to the consecutive failures, opens the circuit at cfg.After, and while
+// to the consecutive failures, opens the circuit at cfg.After once the
+// spell has lasted CircuitMinSpan, and while
 // it is open (a failed probe, or a person's attempt that failed) moves the
 // next probe along cfg.Probes; a failing spell of cfg.DisableAfter
 // disables the endpoint (failing). It returns the endpoints that changed.
@@ -95,7 +102,7 @@ func (db *DB) ApplyCircuit(ctx context.Context, cfg CircuitConfig, outcomes []Ci
 						at := o.At
 						s.failingSince = &at
 					}
-					if cfg.After > 0 && s.failures >= cfg.After {
+					if cfg.After > 0 && s.failures >= cfg.After && o.At.Sub(*s.failingSince) >= CircuitMinSpan {
 						at := o.At.Add(probeWait(cfg.Probes, 0))
 						s.circuit, s.probes, s.probeAt = webhookd.CircuitOpen, 0, &at
 					}
