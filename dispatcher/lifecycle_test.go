@@ -51,7 +51,7 @@ func TestCircuitOpensHoldsAndRecovers(t *testing.T) {
 		return e.count(`SELECT count(*) FROM attempts a JOIN deliveries d ON d.id = a.delivery_id WHERE d.endpoint_id = $1`, ep.ID)
 	}
 	atOpen := count()
-	time.Sleep(6 * time.Second) // the outage itself: time is what is being measured
+	time.Sleep(6 * time.Second)         // the outage itself: time is what is being measured
 	if n := count() - atOpen; n > 2+4 { // an attempt or two already under way, a probe a second or two
 		logAttempts(t, e, ep.ID)
 		t.Fatalf("%d attempts during 6 s of an open circuit (%d before it opened); want a few probes", n, atOpen)

@@ -192,9 +192,30 @@ const OrphanAfter = 10 * time.Second
 // hash), as its dequeue and recoverer scripts do; TestOrphanedTaskIsRecovered
 // checks the layout against asynq's own Inspector.
 func (q *Queue) RecoverOrphans(ctx context.Context, now time.Time) (int, error) {
+	return q.recoverLeasedBefore(ctx, now, now.Add(-OrphanAfter))
+}
+
+// asynqLease is how far ahead a worker's heartbeat (every 5 s) extends the
+// leases of the tasks it runs, in whole seconds (asynq v0.26).
+const asynqLease = 30 * time.Second
+
+// RecoverDeadWorkersTasks is RecoverOrphans for the moments after a worker
+// was found dead (its heartbeat in PostgreSQL stopped): an active task
+// whose lease was not extended for 9 s has missed its worker's last
+// extension (a live worker extends every 5 s, and a lease is cut to whole
+// seconds), so it is put back now rather than 10 s after its lease ends.
+// These are the tasks the dead worker had taken but not yet claimed in
+// PostgreSQL, which no voided lease names.
+func (q *Queue) RecoverDeadWorkersTasks(ctx context.Context, now time.Time) (int, error) {
+	return q.recoverLeasedBefore(ctx, now, now.Add(asynqLease-9*time.Second))
+}
+
+// recoverLeasedBefore puts back every active task whose lease ends before
+// cutoff.
+func (q *Queue) recoverLeasedBefore(ctx context.Context, now, cutoff time.Time) (int, error) {
 	prefix := "asynq:{" + q.queue + "}:"
 	n, err := recoverOrphans.Run(ctx, q.rdb, []string{prefix + "lease", prefix + "active", prefix + "pending"},
-		now.Add(-OrphanAfter).Unix(), prefix+"t:", now.UnixNano(), 1000).Int()
+		cutoff.Unix(), prefix+"t:", now.UnixNano(), 1000).Int()
 	if err != nil {
 		return 0, fmt.Errorf("recover orphaned tasks: %w", err)
 	}

@@ -57,12 +57,18 @@ type Reconciler struct {
 	cursor storage.DueCursor
 	last   time.Time // when this process last ran a pass
 	lost   bool      // Redis lost its data and no pass here has run since
+	dead   time.Time // when this process last found a worker dead
 	loop
 }
 
 // reconcileTick is how often the reconciler looks for dead workers and a
 // Redis that lost its data.
 const reconcileTick = time.Second
+
+// deadWorkerWatch is how long after finding a worker dead the reconciler
+// looks every tick for the tasks it had taken: long enough for every lease
+// it extended last to have missed an extension.
+const deadWorkerWatch = 30 * time.Second
 
 // Start runs a pass at once and then every Interval until Stop or ctx
 // ends, and the checks for dead workers and lost Redis data every second.
@@ -91,6 +97,13 @@ func (r *Reconciler) tick(ctx context.Context) {
 	if err != nil {
 		r.Logger.Warn("reconciler: voiding dead workers' leases failed", "err", err)
 	}
+	if time.Since(r.dead) < deadWorkerWatch {
+		// The dead worker's dequeued tasks that no lease names: back once
+		// they have missed its lease extensions, within the watch.
+		if n, err := r.Queue.RecoverDeadWorkersTasks(ctx, time.Now()); err == nil && n > 0 {
+			r.Logger.Warn("put back tasks a dead worker had taken", "tasks", n)
+		}
+	}
 	if !r.lost && voided == 0 && time.Since(r.last) < r.Interval {
 		return
 	}
@@ -118,7 +131,10 @@ func (r *Reconciler) tick(ctx context.Context) {
 // dequeued go back in front of pending; a delivery without a live task
 // gets one. It tells how many leases it voided.
 func (r *Reconciler) requeueDead(ctx context.Context) (int, error) {
-	voided, err := r.DB.VoidDeadLeases(ctx)
+	voided, dead, err := r.DB.VoidDeadLeases(ctx)
+	if dead > 0 {
+		r.dead = time.Now()
+	}
 	if err != nil || len(voided) == 0 {
 		return 0, err
 	}

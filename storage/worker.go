@@ -65,10 +65,14 @@ type VoidedLease struct {
 // else has claimed the delivery. Only unfinished deliveries and pending
 // redeliveries are looked at (their partial indexes), so this costs little
 // however many finished deliveries are kept.
-func (db *DB) VoidDeadLeases(ctx context.Context) ([]VoidedLease, error) {
-	var out []VoidedLease
+//
+// It also tells how many workers it found dead, leases or not.
+func (db *DB) VoidDeadLeases(ctx context.Context) ([]VoidedLease, int, error) {
+	var (
+		out  []VoidedLease
+		dead []string
+	)
 	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
-		var dead []string
 		rows, err := tx.Query(ctx, `DELETE FROM workers WHERE beat_at < now() - make_interval(secs => $1) RETURNING id`,
 			WorkerStale.Seconds())
 		if err != nil {
@@ -94,9 +98,9 @@ func (db *DB) VoidDeadLeases(ctx context.Context) ([]VoidedLease, error) {
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("void dead leases: %w", err)
+		return nil, 0, fmt.Errorf("void dead leases: %w", err)
 	}
-	return out, nil
+	return out, len(dead), nil
 }
 
 // EndpointLoads sums, per endpoint of ids, the limits and requests in

@@ -38,17 +38,17 @@ func TestDeadWorkersLeasesAreVoided(t *testing.T) {
 		t.Fatalf("loads summed over the live workers: %+v, %v", loads, err)
 	}
 
-	if v, err := db.VoidDeadLeases(ctx); err != nil || len(v) != 0 {
-		t.Fatalf("with every worker beating: voided %+v, %v", v, err)
+	if v, n, err := db.VoidDeadLeases(ctx); err != nil || len(v) != 0 || n != 0 {
+		t.Fatalf("with every worker beating: voided %+v of %d dead, %v", v, n, err)
 	}
 	if _, err := db.Pool().Exec(ctx, `UPDATE workers SET beat_at = now() - interval '6 seconds' WHERE id = $1`, dead); err != nil {
 		t.Fatal(err)
 	}
-	v, err := db.VoidDeadLeases(ctx)
-	if err != nil || len(v) != 1 || v[0].DeliveryID != deadClaim.DeliveryID {
-		t.Fatalf("voided %+v, %v; want the dead worker's one lease", v, err)
+	v, n, err := db.VoidDeadLeases(ctx)
+	if err != nil || len(v) != 1 || v[0].DeliveryID != deadClaim.DeliveryID || n != 1 {
+		t.Fatalf("voided %+v of %d dead, %v; want the dead worker's one lease", v, n, err)
 	}
-	if v, err := db.VoidDeadLeases(ctx); err != nil || len(v) != 0 {
+	if v, _, err := db.VoidDeadLeases(ctx); err != nil || len(v) != 0 {
 		t.Fatalf("voided again: %+v, %v; a dead worker is voided once", v, err)
 	}
 	var workers int
