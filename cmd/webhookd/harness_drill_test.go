@@ -386,3 +386,21 @@ func (d *drill) verify(limit time.Duration) (duplicates int) {
 		len(d.want), d.statuses, dup, extra)
 	return dup
 }
+
+// workerID reads a worker process's id from its log's "worker started"
+// line, waiting for it.
+func workerID(t *testing.T, p *proc) string {
+	t.Helper()
+	var id string
+	waitFor(t, 20*time.Second, "the worker's id in its log", func() bool {
+		for _, line := range strings.Split(p.logs.String(), "\n") {
+			if i := strings.Index(line, `"worker_id":"`); i >= 0 {
+				rest := line[i+len(`"worker_id":"`):]
+				id = rest[:strings.IndexByte(rest, '"')]
+				return true
+			}
+		}
+		return false
+	})
+	return id
+}

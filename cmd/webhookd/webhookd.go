@@ -161,7 +161,8 @@ func (m *Main) Start(ctx context.Context, roles Roles) error {
 		if err := m.Worker.Start(ctx); err != nil {
 			return err
 		}
-		m.Logger.Info("worker started", "concurrency", m.Config.WorkerConcurrency, "schedule", m.Config.RetrySchedule)
+		m.Logger.Info("worker started", "worker_id", m.Worker.ID(), "concurrency", m.Config.WorkerConcurrency,
+			"schedule", m.Config.RetrySchedule)
 	}
 	if roles.API {
 		proxies, err := m.Config.trustedProxies()
