@@ -206,6 +206,11 @@ func (d *Deliverer) Attempt(ctx context.Context, r Request) (Result, error) {
 		}
 		slot = endpointSlot{gate: d.gate, ep: del.EndpointID}
 	}
+	if probe {
+		if res, err, goOn := d.takeProbe(ctx, r, &l, &slot, now); !goOn {
+			return res, err
+		}
+	}
 	// The circuit may have opened while this attempt waited for its slot
 	// (its claim read it closed): it waits for the probes too.
 	if !person && !probe && d.circuit.After > 0 && d.gate.circuitOpen(del.EndpointID, d.circuit.After) {

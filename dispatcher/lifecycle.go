@@ -36,8 +36,8 @@ func breakerOutcome(r Response) (counts, ok bool) {
 }
 
 // circuitGate decides an automatic attempt of an endpoint whose circuit is
-// not closed: it becomes the probe when the probe is due and nobody took
-// it; else the delivery waits, without an attempt, for the next probe (or
+// not closed: it may become the probe when the probe is due (takeProbe,
+// once it has its slot); else the delivery waits, without an attempt, for the next probe (or
 // becomes a dead letter once its schedule's whole window has passed since
 // it was accepted). go is true when the attempt goes on.
 func (d *Deliverer) circuitGate(ctx context.Context, r Request, l *storage.Lease, now time.Time) (res Result, err error, goOn bool) {
@@ -60,17 +60,27 @@ func (d *Deliverer) circuitGate(ctx context.Context, r Request, l *storage.Lease
 		res, err := d.holdLeased(ctx, r, l, earliest(*at, l.Delivery.CreatedAt.Add(d.schedule.Window())), holdCircuit)
 		return res, err, false
 	}
+	return Result{}, nil, true // the probe is due: takeProbe once the attempt has its slot
+}
+
+// takeProbe makes an attempt that has its endpoint's slot the probe of its
+// open circuit, if nobody took the probe first; else it gives the slot
+// back and waits for the next probe. Taken only with the slot, so that a
+// probe never waits for one (a circuit probing with no probe in flight
+// would wait out the probe's lease).
+func (d *Deliverer) takeProbe(ctx context.Context, r Request, l *storage.Lease, slot *endpointSlot, now time.Time) (res Result, err error, goOn bool) {
 	took, err := d.db.TakeProbe(ctx, l.Delivery.EndpointID, now, now.Add(d.lease))
+	if err == nil && took {
+		d.metrics.probes.Inc()
+		return Result{}, nil, true
+	}
+	slot.release()
 	if err != nil {
 		return Result{}, err, false
 	}
-	if !took { // another attempt is the probe: look again after the first probe's wait
-		res, err := d.holdLeased(ctx, r, l, earliest(now.Add(probeWait(d.circuit.Probes, 0)),
-			l.Delivery.CreatedAt.Add(d.schedule.Window())), holdCircuit)
-		return res, err, false
-	}
-	d.metrics.probes.Inc()
-	return Result{}, nil, true
+	res, err = d.holdLeased(ctx, r, l, earliest(now.Add(probeWait(d.circuit.Probes, 0)),
+		l.Delivery.CreatedAt.Add(d.schedule.Window())), holdCircuit)
+	return res, err, false
 }
 
 func earliest(a, b time.Time) time.Time {
