@@ -33,6 +33,15 @@ const (
 	DisabledFailing = "failing" // no success for WEBHOOKD_ENDPOINT_DISABLE_AFTER while its attempts failed
 )
 
+// Orderings of an endpoint (SPEC §3 "Endpoint lifecycle").
+const (
+	OrderingNone = "none" // deliveries go concurrently, under the adaptive limit
+	// OrderingFIFO: one delivery at a time, in the order the events were
+	// accepted; a failing one holds those behind it until it succeeds or
+	// becomes a dead letter.
+	OrderingFIFO = "fifo"
+)
+
 // Circuit states of an endpoint (SPEC §3 "Endpoint lifecycle").
 const (
 	CircuitClosed  = "closed"  // attempts go as scheduled
@@ -103,6 +112,7 @@ type Endpoint struct {
 	DisabledReason     *string    // nil while active
 	RateLimitPerSecond *int       // nil: unlimited
 	MaxInFlight        *int       // the ceiling of its adaptive limit per worker process; DefaultMaxInFlight unless set
+	Ordering           string     // OrderingNone or OrderingFIFO
 	Circuit            string     // CircuitClosed, CircuitOpen or CircuitProbing
 	ProbeAt            *time.Time // while not closed: when the next probe may go
 	Secret             string     // whsec_ + base64

@@ -29,12 +29,14 @@ type endpointInput struct {
 	EventTypes         []string
 	RateLimitPerSecond *int
 	MaxInFlight        *int
+	Ordering           string
 	Status             string
 }
 
 func (in *endpointInput) fields() map[string]any {
 	return map[string]any{"url": &in.URL, "description": &in.Description, "event_types": &in.EventTypes,
-		"rate_limit_per_second": &in.RateLimitPerSecond, "max_in_flight": &in.MaxInFlight, "status": &in.Status}
+		"rate_limit_per_second": &in.RateLimitPerSecond, "max_in_flight": &in.MaxInFlight,
+		"ordering": &in.Ordering, "status": &in.Status}
 }
 
 // createEndpoint serves POST /v1/endpoints.
@@ -57,7 +59,8 @@ func (s *Server) createEndpoint(c *call) (int, any, error) {
 		return 0, nil, err
 	}
 	e, err := c.store.CreateEndpoint(c.ctx, c.project.ID, storage.NewEndpoint{URL: in.URL, Description: in.Description,
-		EventTypes: in.EventTypes, RateLimitPerSecond: in.RateLimitPerSecond, MaxInFlight: in.MaxInFlight, Secret: secret}, s.clock.Now())
+		EventTypes: in.EventTypes, RateLimitPerSecond: in.RateLimitPerSecond, MaxInFlight: in.MaxInFlight,
+		Ordering: in.Ordering, Secret: secret}, s.clock.Now())
 	if err != nil {
 		return 0, nil, err
 	}
@@ -92,6 +95,9 @@ func (s *Server) validateEndpoint(in *endpointInput, present map[string]bool) er
 	}
 	if m := in.MaxInFlight; m != nil && (*m < 1 || *m > maxInFlight) {
 		return webhookd.Invalid("max_in_flight", "must be between 1 and %d, or null for the default (%d)", maxInFlight, maxInFlight)
+	}
+	if present["ordering"] && in.Ordering != webhookd.OrderingNone && in.Ordering != webhookd.OrderingFIFO {
+		return webhookd.Invalid("ordering", `must be "none" or "fifo"`)
 	}
 	if present["status"] && in.Status != webhookd.EndpointActive && in.Status != webhookd.EndpointDisabled {
 		return webhookd.Invalid("status", `must be "active" or "disabled"`)
@@ -185,6 +191,9 @@ func (s *Server) patchEndpoint(c *call) (int, any, error) {
 	}
 	if present["max_in_flight"] {
 		p.MaxInFlight = &in.MaxInFlight
+	}
+	if present["ordering"] {
+		p.Ordering = &in.Ordering
 	}
 	if present["status"] {
 		p.Status = &in.Status

@@ -85,7 +85,7 @@ func endpointOut(e webhookd.Endpoint) endpointJSON {
 	}
 	return endpointJSON{ID: e.ID, URL: e.URL, Description: e.Description, EventTypes: types, Status: e.Status,
 		DisabledReason: e.DisabledReason, RateLimitPerSecond: e.RateLimitPerSecond, MaxInFlight: e.MaxInFlight, Version: e.Version,
-		Ordering: "none", Circuit: e.Circuit,
+		Ordering: e.Ordering, Circuit: e.Circuit,
 		CreatedAt: timeString(e.CreatedAt), UpdatedAt: timeString(e.UpdatedAt)}
 }
 

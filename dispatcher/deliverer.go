@@ -81,6 +81,9 @@ type Result struct {
 	// HeldFor is the endpoint that had no room for the attempt, when it
 	// was held back for that: a replay waits for it before trying again.
 	HeldFor string
+	// turn is the ordered endpoint whose queue this attempt moved on (its
+	// delivery left the queue): the next delivery's turn has come.
+	turn string
 }
 
 // Request names the attempt to make.
@@ -99,6 +102,12 @@ type Request struct {
 	// the attempt is skipped if it was served already.
 	RequestID string
 	By        string // who asked, for manual attempts and replays
+	// chained: the next delivery of an ordered endpoint's queue, attempted
+	// by the attempt before it (passTurn). Its claim and record go
+	// straight to PostgreSQL: a queue's attempts are one at a time, so
+	// there is nothing to gather them with, and a group's wait would be
+	// paid on every one.
+	chained bool
 }
 
 // taskID is the id of the task that makes the attempt: a manual one's is
@@ -132,6 +141,14 @@ func (r Request) mode() storage.ClaimMode {
 // waits in its job's goroutine and not in a worker slot, waits for room
 // in the gate.
 func (d *Deliverer) Attempt(ctx context.Context, r Request) (Result, error) {
+	res, err := d.attempt(ctx, r)
+	if res.turn != "" {
+		d.passTurn(ctx, res.turn)
+	}
+	return res, err
+}
+
+func (d *Deliverer) attempt(ctx context.Context, r Request) (Result, error) {
 	auto := r.mode() == storage.ClaimAuto
 	rateChecked := false
 	// The endpoint's cap counts requests in flight: a slot is held from
@@ -164,7 +181,7 @@ func (d *Deliverer) Attempt(ctx context.Context, r Request) (Result, error) {
 		}
 	}
 	now, claimed := d.clock.Now(), time.Now()
-	l, err := d.claims.Do(ctx, storage.Claim{DeliveryID: r.DeliveryID, Token: storage.NewRequestID(), Mode: r.mode(),
+	l, err := d.claim(ctx, r, storage.Claim{DeliveryID: r.DeliveryID, Token: storage.NewRequestID(), Mode: r.mode(),
 		RequestID: r.RequestID, Worker: d.worker})
 	switch {
 	case err != nil:
@@ -175,7 +192,7 @@ func (d *Deliverer) Attempt(ctx context.Context, r Request) (Result, error) {
 	d.gate.learn(l.Delivery.EndpointID, l.MaxInFlight, l.Endpoint.RateLimitPerSecond)
 	d.gate.markCircuit(l.Delivery.EndpointID, l.Endpoint.Circuit != webhookd.CircuitClosed, l.Failures, claimed)
 	if !l.Held {
-		return d.notHeld(r, &l, now)
+		return d.notHeld(ctx, r, &l, now)
 	}
 	del := l.Delivery
 	if l.EndpointDeleted || l.Endpoint.Status != webhookd.EndpointActive {
@@ -258,6 +275,9 @@ func (d *Deliverer) Attempt(ctx context.Context, r Request) (Result, error) {
 		"attempt", a.Number, "trigger", trigger, "request_id", a.RequestID, "status_code", orNil(a.StatusCode),
 		"error", orNil(a.Error), "duration_ms", a.DurationMS, "outcome", t.Status)
 	res := Result{Attempted: true, Status: t.Status, Succeeded: out.Status == webhookd.DeliverySucceeded}
+	if leftQueue(&l, t) {
+		res.turn = del.EndpointID
+	}
 	if auto && t.Status == webhookd.DeliveryRetrying {
 		return res, &RetryAt{At: *t.NextAttemptAt, Reason: "retry on schedule"}
 	}
@@ -306,7 +326,16 @@ func (d *Deliverer) record(ctx context.Context, r storage.Record) (bool, error) 
 	ctx = context.WithoutCancel(ctx)
 	wait := 100 * time.Millisecond
 	for try := 1; ; try++ {
-		applied, err := d.records.Do(ctx, r)
+		var applied bool
+		var err error
+		if r.Lease.FIFO { // one at a time: nothing to gather it with (Request.chained)
+			var out []bool
+			if out, err = d.db.RecordAttempts(ctx, []storage.Record{r}); err == nil {
+				applied = out[0]
+			}
+		} else {
+			applied, err = d.records.Do(ctx, r)
+		}
 		if applied {
 			d.metrics.recorded(r)
 		}
@@ -319,7 +348,7 @@ func (d *Deliverer) record(ctx context.Context, r storage.Record) (bool, error) 
 }
 
 // notHeld tells the queue what to do with a delivery the claim did not get.
-func (d *Deliverer) notHeld(r Request, l *storage.Lease, now time.Time) (Result, error) {
+func (d *Deliverer) notHeld(ctx context.Context, r Request, l *storage.Lease, now time.Time) (Result, error) {
 	del := l.Delivery
 	// Another attempt holds it: look again when its lease runs out, or in a
 	// few seconds if that is sooner (a manual attempt that fails leaves the
@@ -335,6 +364,8 @@ func (d *Deliverer) notHeld(r Request, l *storage.Lease, now time.Time) (Result,
 			return Result{Status: del.Status}, nil // PostgreSQL says it is done: a stale task
 		case del.NextAttemptAt != nil && del.NextAttemptAt.After(now):
 			return Result{Status: del.Status}, &RetryAt{At: *del.NextAttemptAt, Reason: "not due yet"}
+		case l.Behind: // its ordered endpoint's queue has others ahead of it
+			return Result{Status: del.Status, HeldFor: del.EndpointID}, d.holder.waitTurn(ctx, del.EndpointID, r.taskID())
 		}
 	case storage.ClaimManual:
 		if l.ManualRequest == nil || *l.ManualRequest != r.RequestID {
@@ -364,7 +395,11 @@ func (d *Deliverer) endpointDisabled(ctx context.Context, r Request, l *storage.
 		if l.Delivery.Status != webhookd.DeliveryDeadLetter {
 			d.deadLettered(ctx, l, t)
 		}
-		return Result{Status: t.Status}, nil
+		res := Result{Status: t.Status}
+		if leftQueue(l, t) {
+			res.turn = l.Delivery.EndpointID
+		}
+		return res, nil
 	}
 	d.log.Info("manual attempt not made: the endpoint is disabled", "delivery_id", l.Delivery.ID,
 		"endpoint_id", l.Delivery.EndpointID, "by", r.By)

@@ -189,9 +189,21 @@ func (r *Reconciler) runOnce(ctx context.Context, lost bool) (ran bool, offered 
 		}
 		n, offerErr := r.offerDue(ctx, lost)
 		offered = n
+		r.promoteHeads(ctx)
 		return errors.Join(err, offerErr, r.enqueueRedeliveries(ctx), r.enqueueJobs(ctx))
 	})
 	return ran, offered, err
+}
+
+// grace is how long a due delivery is left to its own task.
+func (r *Reconciler) grace() time.Duration {
+	switch {
+	case r.Grace == 0:
+		return DefaultReconcileGrace
+	case r.Grace < 0:
+		return 0
+	}
+	return r.Grace
 }
 
 // offerDue offers the next window of due deliveries to the queue, but for
@@ -202,15 +214,12 @@ func (r *Reconciler) offerDue(ctx context.Context, lost bool) (int, error) {
 	if limit <= 0 {
 		limit = DefaultReconcileMaxPerPass
 	}
-	grace := r.Grace
-	switch {
-	case lost:
-		grace, r.cursor = -1, storage.DueCursor{}
-	case grace == 0:
-		grace = DefaultReconcileGrace
+	grace := r.grace()
+	if lost {
+		grace, r.cursor = 0, storage.DueCursor{}
 	}
 	now := r.Clock.Now()
-	due, err := r.DB.Store().DueDeliveries(ctx, now.Add(-max(grace, 0)), now, r.cursor, limit)
+	due, err := r.DB.Store().DueDeliveries(ctx, now.Add(-grace), now, r.cursor, limit)
 	if err != nil {
 		return 0, err
 	}

@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -14,14 +15,14 @@ const SecretOverlap = 24 * time.Hour
 
 const endpointColumns = `id, project_id, url, description, event_types, status, disabled_reason,
 	rate_limit_per_second, secret, previous_secret, previous_expires_at, version, created_at, updated_at, max_in_flight,
-	circuit, probe_at`
+	circuit, probe_at, ordering`
 
 // scanEndpoint reads an endpoint of endpointColumns, its secrets opened.
 func (s *Store) scanEndpoint(row pgx.Row) (webhookd.Endpoint, error) {
 	var e webhookd.Endpoint
 	err := row.Scan(&e.ID, &e.ProjectID, &e.URL, &e.Description, &e.EventTypes, &e.Status, &e.DisabledReason,
 		&e.RateLimitPerSecond, &e.Secret, &e.PreviousSecret, &e.PreviousExpiresAt, &e.Version, &e.CreatedAt, &e.UpdatedAt,
-		&e.MaxInFlight, &e.Circuit, &e.ProbeAt)
+		&e.MaxInFlight, &e.Circuit, &e.ProbeAt, &e.Ordering)
 	if e.EventTypes == nil {
 		e.EventTypes = []string{}
 	}
@@ -38,6 +39,7 @@ type NewEndpoint struct {
 	EventTypes         []string
 	RateLimitPerSecond *int
 	MaxInFlight        *int
+	Ordering           string // "": webhookd.OrderingNone
 	Secret             string
 }
 
@@ -48,11 +50,11 @@ func (s *Store) CreateEndpoint(ctx context.Context, projectID string, n NewEndpo
 	}
 	row := s.q.QueryRow(ctx, `
 		INSERT INTO endpoints (id, project_id, url, description, event_types, rate_limit_per_second, secret, created_at, updated_at,
-			max_in_flight)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, COALESCE($9::int, $10::int))
+			max_in_flight, ordering)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, COALESCE($9::int, $10::int), $11)
 		RETURNING `+endpointColumns,
 		newID(prefixEndpoint), projectID, n.URL, n.Description, n.EventTypes, n.RateLimitPerSecond, s.box.sealString(n.Secret), now, n.MaxInFlight,
-		webhookd.DefaultMaxInFlight)
+		webhookd.DefaultMaxInFlight, cmp.Or(n.Ordering, webhookd.OrderingNone))
 	e, err := s.scanEndpoint(row)
 	return e, translate(err, "endpoint")
 }
@@ -98,6 +100,9 @@ type EndpointPatch struct {
 	EventTypes         *[]string
 	RateLimitPerSecond **int // non-nil pointer to nil: clear the limit
 	MaxInFlight        **int // non-nil pointer to nil: webhookd.DefaultMaxInFlight
+	// Ordering applies to the deliveries of events accepted from then on:
+	// those accepted before keep the order (or none) they were made with.
+	Ordering *string
 	Status             *string
 	IfVersion          *int // when set, the change applies only at this version
 }
@@ -138,6 +143,9 @@ func (s *Store) UpdateEndpoint(ctx context.Context, projectID, id string, p Endp
 				cur.MaxInFlight = &def
 			}
 		}
+		if p.Ordering != nil {
+			cur.Ordering = *p.Ordering
+		}
 		if p.Status != nil && *p.Status != cur.Status {
 			cur.Status = *p.Status
 			cur.DisabledReason = nil
@@ -148,11 +156,12 @@ func (s *Store) UpdateEndpoint(ctx context.Context, projectID, id string, p Endp
 		}
 		out, err = s.scanEndpoint(tx.QueryRow(ctx, `
 			UPDATE endpoints SET url = $3, description = $4, event_types = $5, rate_limit_per_second = $6,
-				status = $7, disabled_reason = $8, version = version + 1, updated_at = $9, max_in_flight = $10
+				status = $7, disabled_reason = $8, version = version + 1, updated_at = $9, max_in_flight = $10,
+				ordering = $11
 			WHERE id = $1 AND project_id = $2
 			RETURNING `+endpointColumns,
 			id, projectID, cur.URL, cur.Description, cur.EventTypes, cur.RateLimitPerSecond,
-			cur.Status, cur.DisabledReason, now, cur.MaxInFlight))
+			cur.Status, cur.DisabledReason, now, cur.MaxInFlight, cur.Ordering))
 		return err
 	})
 	return out, translate(err, "endpoint")

@@ -55,14 +55,15 @@ type eventRows struct {
 
 // add makes the events, with new ids, and one pending delivery, due at
 // now, per target endpoint; it returns the events.
-func (r *eventRows) add(projectID string, evs []NewEvent, targets [][]string, now time.Time) []webhookd.Event {
+// fifo names the target endpoints whose ordering is fifo.
+func (r *eventRows) add(projectID string, evs []NewEvent, targets [][]string, fifo map[string]bool, now time.Time) []webhookd.Event {
 	ids := make([]string, len(evs))
 	for i, ev := range evs {
 		ids[i] = newID(prefixEvent)
 		r.ids, r.projects, r.types = append(r.ids, ids[i]), append(r.projects, projectID), append(r.types, ev.Type)
 		r.data, r.ext, r.at = append(r.data, string(ev.Data)), append(r.ext, ev.ExternalID), append(r.at, now)
 	}
-	return r.deliveries.add(projectID, evs, ids, targets, now)
+	return r.deliveries.add(projectID, evs, ids, targets, fifo, now)
 }
 
 // rowsMark is how many rows eventRows held at one time.
@@ -76,7 +77,7 @@ func (r *eventRows) truncate(m rowsMark) {
 	r.data, r.ext, r.at = r.data[:m.events], r.ext[:m.events], r.at[:m.events]
 	d, n := &r.deliveries, m.deliveries
 	d.ids, d.projects, d.events, d.endpoints = d.ids[:n], d.projects[:n], d.events[:n], d.endpoints[:n]
-	d.types, d.triggers, d.due = d.types[:n], d.triggers[:n], d.due[:n]
+	d.types, d.triggers, d.due, d.fifo = d.types[:n], d.triggers[:n], d.due[:n], d.fifo[:n]
 }
 
 func (r *eventRows) args() []any { return []any{r.ids, r.projects, r.types, r.data, r.ext, r.at} }
@@ -85,11 +86,12 @@ func (r *eventRows) args() []any { return []any{r.ids, r.projects, r.types, r.da
 type deliveryRows struct {
 	ids, projects, events, endpoints, types, triggers []string
 	due                                               []time.Time
+	fifo                                              []bool // its endpoint's ordering is fifo
 }
 
 // add makes the events with the ids given and one pending delivery, due at
 // now, per target endpoint; it returns the events.
-func (d *deliveryRows) add(projectID string, evs []NewEvent, ids []string, targets [][]string, now time.Time) []webhookd.Event {
+func (d *deliveryRows) add(projectID string, evs []NewEvent, ids []string, targets [][]string, fifo map[string]bool, now time.Time) []webhookd.Event {
 	out := make([]webhookd.Event, len(evs))
 	for i, ev := range evs {
 		e := webhookd.Event{ID: ids[i], ProjectID: projectID, Type: ev.Type, Data: ev.Data,
@@ -100,6 +102,7 @@ func (d *deliveryRows) add(projectID string, evs []NewEvent, ids []string, targe
 			d.ids, d.projects, d.events = append(d.ids, ref.ID), append(d.projects, projectID), append(d.events, e.ID)
 			d.endpoints, d.types = append(d.endpoints, ep), append(d.types, e.Type)
 			d.triggers, d.due = append(d.triggers, cmp.Or(ev.Trigger, webhookd.TriggerAuto)), append(d.due, now)
+			d.fifo = append(d.fifo, fifo[ep])
 		}
 		out[i] = e
 	}
@@ -107,14 +110,14 @@ func (d *deliveryRows) add(projectID string, evs []NewEvent, ids []string, targe
 }
 
 func (d *deliveryRows) args() []any {
-	return []any{d.ids, d.projects, d.events, d.endpoints, d.types, d.triggers, d.due}
+	return []any{d.ids, d.projects, d.events, d.endpoints, d.types, d.triggers, d.due, d.fifo}
 }
 
 // matchCandidates reads the endpoints of projects $1 that events can go
 // to: those listed by id ($2), and the active ones subscribed to one of
 // the types $3 or to all (collectEndpointMatches reads the rows).
 const matchCandidates = `
-	SELECT project_id, id, event_types, status = 'active' FROM endpoints
+	SELECT project_id, id, event_types, status = 'active', ordering = 'fifo' FROM endpoints
 	WHERE project_id = ANY($1) AND deleted_at IS NULL
 	AND (id = ANY($2) OR status = 'active' AND (event_types = '{}' OR event_types && $3::text[]))
 	ORDER BY project_id, id`
@@ -125,12 +128,13 @@ type endpointMatch struct {
 	id        string
 	types     []string
 	active    bool
+	fifo      bool // ordering fifo: its deliveries take a place in its queue
 }
 
 func collectEndpointMatches(rows pgx.Rows) ([]endpointMatch, error) {
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (endpointMatch, error) {
 		var e endpointMatch
-		err := r.Scan(&e.projectID, &e.id, &e.types, &e.active)
+		err := r.Scan(&e.projectID, &e.id, &e.types, &e.active, &e.fifo)
 		return e, err
 	})
 }

@@ -168,11 +168,12 @@ func (db *DB) writeGroup(ctx context.Context, conn batchConn, group []*ingestCal
 }
 
 // writeGroupRows writes a group's rows in one statement: its events
-// ($1-$6, eventRows.args), their deliveries ($7-$13, deliveryRows.args),
-// the responses of its keys ($14-$21, storedResponses.args: the records
-// are the transaction's own, each found through the key's index) and the
-// release of the keys whose response is not remembered ($22 projects, $23
-// keys). The deliveries' foreign keys are checked at the statement's end,
+// ($1-$6, eventRows.args), their deliveries ($7-$14, deliveryRows.args;
+// a delivery to an ordered endpoint takes its place in the endpoint's
+// queue, in the order of the rows), the responses of its keys ($15-$22,
+// storedResponses.args: the records are the transaction's own, each found
+// through the key's index) and the release of the keys whose response is
+// not remembered ($23 projects, $24 keys). The deliveries' foreign keys are checked at the statement's end,
 // when the events are in.
 const writeGroupRows = `
 	WITH ev AS (
@@ -181,19 +182,21 @@ const writeGroupRows = `
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[])
 			AS t(id, prj, typ, data, ext, at)
 	), dl AS (
-		INSERT INTO deliveries (id, project_id, event_id, endpoint_id, event_type, trigger, status, next_attempt_at, created_at, updated_at)
-		SELECT id, prj, ev, ep, typ, trig, 'pending', due, due, due
-		FROM unnest($7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::timestamptz[])
-			AS t(id, prj, ev, ep, typ, trig, due)
+		INSERT INTO deliveries (id, project_id, event_id, endpoint_id, event_type, trigger, status, next_attempt_at, created_at,
+			updated_at, fifo_seq)
+		SELECT id, prj, ev, ep, typ, trig, 'pending', due, due, due, CASE WHEN fifo THEN nextval('deliveries_fifo_seq') END
+		FROM unnest($7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::timestamptz[], $14::bool[])
+			WITH ORDINALITY AS t(id, prj, ev, ep, typ, trig, due, fifo, ord)
+		ORDER BY ord
 	), rec AS (
 		INSERT INTO idempotency_records (project_id, key, fingerprint, created_at, expires_at,
 			status_code, content_type, response_body)
-		SELECT * FROM unnest($14::text[], $15::text[], $16::bytea[], $17::timestamptz[], $18::timestamptz[],
-			$19::int4[], $20::text[], $21::bytea[])
+		SELECT * FROM unnest($15::text[], $16::text[], $17::bytea[], $18::timestamptz[], $19::timestamptz[],
+			$20::int4[], $21::text[], $22::bytea[])
 		ON CONFLICT (project_id, key) DO UPDATE SET status_code = EXCLUDED.status_code,
 			content_type = EXCLUDED.content_type, response_body = EXCLUDED.response_body
 	), released AS (
-		DELETE FROM idempotency_records r USING unnest($22::text[], $23::text[]) AS t(prj, key)
+		DELETE FROM idempotency_records r USING unnest($23::text[], $24::text[]) AS t(prj, key)
 		WHERE r.project_id = t.prj AND r.key = t.key
 	)
 	SELECT`
@@ -220,7 +223,16 @@ func (r *eventRows) write(c *ingestCall, eps []endpointMatch, taken map[ikey]str
 				Message: fmt.Sprintf("an event with external_id %q exists already", *ev.ExternalID)}
 		}
 	}
-	return r.add(c.k.project, c.req.Events, targets, c.req.Now), nil
+	var fifo map[string]bool // nil unless an endpoint of the project is ordered
+	for _, e := range eps {
+		if e.fifo {
+			if fifo == nil {
+				fifo = map[string]bool{}
+			}
+			fifo[e.id] = true
+		}
+	}
+	return r.add(c.k.project, c.req.Events, targets, fifo, c.req.Now), nil
 }
 
 // noteExternalIDs adds the external ids of evs, which c writes, to taken:

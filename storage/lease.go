@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -57,6 +58,10 @@ type Lease struct {
 	EndpointDeleted bool
 	MaxInFlight     *int    // the endpoint's max_in_flight
 	Failures        int     // the endpoint's consecutive failed attempts (its breaker's count)
+	// FIFO: the delivery has a place in its ordered endpoint's queue.
+	// Behind says a delivery ahead of it is still waiting, so an automatic
+	// claim could not take it: its turn comes when those ahead are done.
+	FIFO, Behind bool
 	Trigger         string  // what automatic attempts are logged as: auto or test
 	ManualRequest   *string // the redelivery asked for and not yet made, if any
 	ManualBy        *string // who asked for it
@@ -100,6 +105,7 @@ func (db *DB) ClaimDeliveries(ctx context.Context, now, until time.Time, cs []Cl
 			UPDATE deliveries d SET lease_owner = c.token, lease_until = $6, lease_worker = NULLIF(c.worker, '')
 			FROM c WHERE d.id = c.id AND (d.lease_until IS NULL OR d.lease_until <= $5 OR d.lease_owner = c.token) AND CASE c.mode
 				WHEN 0 THEN d.status IN ('pending', 'retrying') AND d.next_attempt_at <= $5
+					AND (d.fifo_seq IS NULL OR NOT EXISTS (`+fifoAhead+`))
 				WHEN 1 THEN d.manual_request_id = c.request_id
 				WHEN 2 THEN d.status = 'dead_letter'
 				WHEN 3 THEN true
@@ -109,7 +115,8 @@ func (db *DB) ClaimDeliveries(ctx context.Context, now, until time.Time, cs []Cl
 		SELECT c.ord, held.token IS NOT NULL, `+deliveryColumns+`, d.auto_attempts, d.lease_until,
 			e.type, e.data, e.external_id, e.created_at,
 			p.url, p.status, p.secret, p.previous_secret, p.previous_expires_at, p.rate_limit_per_second, p.deleted_at,
-			p.max_in_flight, d.trigger, d.manual_request_id, d.manual_requested_by, p.circuit, p.probe_at, p.failures
+			p.max_in_flight, d.trigger, d.manual_request_id, d.manual_requested_by, p.circuit, p.probe_at, p.failures,
+			d.fifo_seq IS NOT NULL, d.fifo_seq IS NOT NULL AND EXISTS (`+fifoAhead+`)
 		FROM c JOIN deliveries d ON d.id = c.id JOIN events e ON e.id = d.event_id JOIN endpoints p ON p.id = d.endpoint_id
 			LEFT JOIN held ON held.token = c.token`,
 		ids, tokens, modes, reqs, now, until, workers).Query(func(rows pgx.Rows) error {
@@ -125,7 +132,8 @@ func (db *DB) ClaimDeliveries(ctx context.Context, now, until time.Time, cs []Cl
 				&l.AutoAttempts, &l.OtherUntil,
 				&ev.Type, &ev.Data, &ev.ExternalID, &ev.CreatedAt,
 				&ep.URL, &ep.Status, &ep.Secret, &ep.PreviousSecret, &ep.PreviousExpiresAt, &ep.RateLimitPerSecond, &deleted,
-				&l.MaxInFlight, &l.Trigger, &l.ManualRequest, &l.ManualBy, &ep.Circuit, &ep.ProbeAt, &l.Failures); err != nil {
+				&l.MaxInFlight, &l.Trigger, &l.ManualRequest, &l.ManualBy, &ep.Circuit, &ep.ProbeAt, &l.Failures,
+				&l.FIFO, &l.Behind); err != nil {
 				return err
 			}
 			// A secret this process cannot open fails this claim's attempt
@@ -147,6 +155,47 @@ func (db *DB) ClaimDeliveries(ctx context.Context, now, until time.Time, cs []Cl
 		return nil, fmt.Errorf("claim deliveries: %w", err)
 	}
 	return out, nil
+}
+
+// fifoAhead finds a delivery ahead of d in its ordered endpoint's queue
+// that is still waiting (deliveries_fifo_idx). An automatic attempt takes
+// only the head of the queue, and the head only once (its lease): so one
+// attempt at a time, in order, however many workers claim at once.
+const fifoAhead = `SELECT 1 FROM deliveries h WHERE h.endpoint_id = d.endpoint_id AND h.fifo_seq < d.fifo_seq
+	AND h.fifo_seq IS NOT NULL AND h.status IN ('pending', 'retrying')`
+
+// FIFOHead returns the delivery at the head of an ordered endpoint's queue
+// (the first still waiting), or "" when the queue is empty.
+func (db *DB) FIFOHead(ctx context.Context, endpointID string) (string, error) {
+	var id string
+	err := db.pool.QueryRow(ctx, `SELECT id FROM deliveries WHERE endpoint_id = $1 AND fifo_seq IS NOT NULL
+		AND status IN ('pending', 'retrying') ORDER BY fifo_seq LIMIT 1`, endpointID).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("head of the queue of %s: %w", endpointID, err)
+	}
+	return id, nil
+}
+
+// FIFOHeads returns the head of every ordered endpoint's queue that is due
+// at now and not leased: the reconciler's look for a queue whose next
+// delivery nobody was told to make (its predecessor's worker died between
+// recording it and waking the next).
+func (db *DB) FIFOHeads(ctx context.Context, now time.Time) ([]webhookd.ScheduledDelivery, error) {
+	rows, err := db.pool.Query(ctx, `SELECT id, endpoint_id, next_attempt_at FROM (
+			SELECT DISTINCT ON (endpoint_id) id, endpoint_id, next_attempt_at, lease_until FROM deliveries
+			WHERE fifo_seq IS NOT NULL AND status IN ('pending', 'retrying') ORDER BY endpoint_id, fifo_seq) h
+		WHERE next_attempt_at <= $1 AND (lease_until IS NULL OR lease_until <= $1)`, now)
+	if err != nil {
+		return nil, fmt.Errorf("heads of ordered queues: %w", err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (webhookd.ScheduledDelivery, error) {
+		var s webhookd.ScheduledDelivery
+		err := r.Scan(&s.ID, &s.EndpointID, &s.DueAt)
+		return s, err
+	})
 }
 
 // Transition is the state a delivery moves to after an attempt (or without
