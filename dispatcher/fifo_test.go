@@ -144,7 +144,7 @@ func TestFIFOInOrderOneAtATime(t *testing.T) {
 	plain := newReceiver(t, func(_ int, w http.ResponseWriter, _ *http.Request) { plainGot.Add(1) })
 	e.endpoint(plain.URL, nil)
 
-	e.publishNumbered("t.fifo", 0, events/2, 1)        // one event per acceptance
+	e.publishNumbered("t.fifo", 0, events/2, 1)       // one event per acceptance
 	e.publishNumbered("t.fifo", events/2, events, 25) // and batches
 	waitFor(t, 60*time.Second, "the ordinary endpoint's deliveries", func() bool { return plainGot.Load() >= events })
 	if n := ordered.delivered(); n == events {

@@ -102,9 +102,9 @@ type EndpointPatch struct {
 	MaxInFlight        **int // non-nil pointer to nil: webhookd.DefaultMaxInFlight
 	// Ordering applies to the deliveries of events accepted from then on:
 	// those accepted before keep the order (or none) they were made with.
-	Ordering *string
-	Status             *string
-	IfVersion          *int // when set, the change applies only at this version
+	Ordering  *string
+	Status    *string
+	IfVersion *int // when set, the change applies only at this version
 }
 
 // UpdateEndpoint applies p and bumps the version. A stale IfVersion returns

@@ -56,15 +56,15 @@ type Lease struct {
 	Event           webhookd.Event
 	Endpoint        webhookd.Endpoint
 	EndpointDeleted bool
-	MaxInFlight     *int    // the endpoint's max_in_flight
-	Failures        int     // the endpoint's consecutive failed attempts (its breaker's count)
+	MaxInFlight     *int // the endpoint's max_in_flight
+	Failures        int  // the endpoint's consecutive failed attempts (its breaker's count)
 	// FIFO: the delivery has a place in its ordered endpoint's queue.
 	// Behind says a delivery ahead of it is still waiting, so an automatic
 	// claim could not take it: its turn comes when those ahead are done.
-	FIFO, Behind bool
-	Trigger         string  // what automatic attempts are logged as: auto or test
-	ManualRequest   *string // the redelivery asked for and not yet made, if any
-	ManualBy        *string // who asked for it
+	FIFO, Behind  bool
+	Trigger       string  // what automatic attempts are logged as: auto or test
+	ManualRequest *string // the redelivery asked for and not yet made, if any
+	ManualBy      *string // who asked for it
 	// SecretErr (ErrSecretUnreadable) says the endpoint's secrets cannot
 	// be opened here, so nothing can be signed: the attempt fails with it
 	// unsent. Endpoint.Secret is then not the secret.
