@@ -19,7 +19,7 @@ func TestEndpointLifecycle(t *testing.T) {
 	id := ep["id"].(string)
 	if !strings.HasPrefix(id, "ep_") || !strings.HasPrefix(ep["secret"].(string), "whsec_") || ep["version"] != 1.0 ||
 		ep["status"] != "active" || ep["disabled_reason"] != nil || ep["rate_limit_per_second"] != 5.0 ||
-		ep["max_in_flight"] != 25.0 {
+		ep["max_in_flight"] != 25.0 || ep["ordering"] != "none" {
 		t.Fatalf("created %v", ep)
 	}
 
@@ -53,10 +53,25 @@ func TestEndpointLifecycle(t *testing.T) {
 	if r.json(t)["disabled_reason"] != nil || r.json(t)["version"] != 3.0 {
 		t.Fatalf("re-enabled %s", r.body)
 	}
+	r = h.do(req{method: "PATCH", path: "/v1/endpoints/" + id, body: `{"ordering":"fifo"}`})
+	expectStatus(t, r, http.StatusOK)
+	if r.json(t)["ordering"] != "fifo" {
+		t.Fatalf("ordering fifo %s", r.body)
+	}
+	r = h.do(req{method: "PATCH", path: "/v1/endpoints/" + id, body: `{"ordering":"lifo"}`})
+	expectStatus(t, r, http.StatusBadRequest)
+	if f := r.json(t)["error"].(map[string]any)["field"]; f != "ordering" {
+		t.Fatalf("ordering lifo: field %v", f)
+	}
+	r = h.do(req{method: "PATCH", path: "/v1/endpoints/" + id, body: `{"ordering":"none"}`})
+	expectStatus(t, r, http.StatusOK)
+	if r.json(t)["ordering"] != "none" || r.json(t)["version"] != 5.0 {
+		t.Fatalf("ordering none %s", r.body)
+	}
 	// null event_types means every type, read back as the empty list.
 	r = h.do(req{method: "PATCH", path: "/v1/endpoints/" + id, body: `{"event_types":null}`})
 	expectStatus(t, r, http.StatusOK)
-	if et, ok := r.json(t)["event_types"].([]any); !ok || len(et) != 0 || r.json(t)["version"] != 4.0 {
+	if et, ok := r.json(t)["event_types"].([]any); !ok || len(et) != 0 || r.json(t)["version"] != 6.0 {
 		t.Fatalf("event_types null %s", r.body)
 	}
 	r = h.do(req{method: "PATCH", path: "/v1/endpoints/" + id, body: `{"status":"paused"}`})
@@ -157,7 +172,8 @@ func TestEndpointURLRules(t *testing.T) {
 	}
 	for i, body := range []string{`{"url":"https://example.com","event_types":["bad type"]}`,
 		`{"url":"https://example.com","rate_limit_per_second":0}`, `{"url":"https://example.com","status":"active"}`,
-		`{"url":"https://example.com","max_in_flight":0}`, `{"url":"https://example.com","max_in_flight":1001}`} {
+		`{"url":"https://example.com","max_in_flight":0}`, `{"url":"https://example.com","max_in_flight":1001}`,
+		`{"url":"https://example.com","ordering":"lifo"}`, `{"url":"https://example.com","ordering":null}`} {
 		expectStatus(t, h.do(req{method: "POST", path: "/v1/endpoints", body: body, idem: fmt.Sprint("b", i)}), http.StatusBadRequest)
 	}
 	if n := h.count("endpoints"); n != 0 {

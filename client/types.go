@@ -53,6 +53,7 @@ type NewEndpoint struct {
 	EventTypes         []string `json:"event_types,omitempty"`           // none: every type
 	RateLimitPerSecond *int     `json:"rate_limit_per_second,omitempty"` // nil: no limit
 	MaxInFlight        *int     `json:"max_in_flight,omitempty"`         // nil: the worker's default
+	Ordering           string   `json:"ordering,omitempty"`              // "fifo": one at a time, in order; "" or "none": concurrent
 }
 
 // Endpoint is a receiver of webhooks.
@@ -65,6 +66,8 @@ type Endpoint struct {
 	DisabledReason     *string   `json:"disabled_reason"` // "manual" or "gone" while disabled
 	RateLimitPerSecond *int      `json:"rate_limit_per_second"`
 	MaxInFlight        *int      `json:"max_in_flight"`
+	Ordering           string    `json:"ordering"` // "none" or "fifo"
+	Circuit            string    `json:"circuit"`  // "closed", "open" or "probing"
 	Version            int       `json:"version"`
 	CreatedAt          time.Time `json:"created_at"`
 	UpdatedAt          time.Time `json:"updated_at"`
@@ -85,6 +88,7 @@ type EndpointPatch struct {
 	// worker's default.
 	MaxInFlight      *int
 	ClearMaxInFlight bool
+	Ordering         *string // "none" or "fifo": for events accepted from then on
 	Status           *string // "active" or "disabled"
 }
 
@@ -101,6 +105,7 @@ func (p EndpointPatch) MarshalJSON() ([]byte, error) {
 	set("event_types", p.EventTypes, p.EventTypes != nil)
 	set("rate_limit_per_second", p.RateLimitPerSecond, p.RateLimitPerSecond != nil || p.ClearRateLimit)
 	set("max_in_flight", p.MaxInFlight, p.MaxInFlight != nil || p.ClearMaxInFlight)
+	set("ordering", p.Ordering, p.Ordering != nil)
 	set("status", p.Status, p.Status != nil)
 	return json.Marshal(m)
 }
