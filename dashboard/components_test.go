@@ -29,8 +29,6 @@ func renderDoc(t *testing.T, c templ.Component) *goquery.Document {
 	return doc
 }
 
-func ptr[T any](v T) *T { return &v }
-
 // hostile is what an event's data, a receiver's answer or a header may hold.
 const hostile = `<img src=x onerror=alert(1)><script>alert(2)</script>`
 

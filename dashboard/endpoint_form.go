@@ -37,6 +37,7 @@ type endpointFormView struct {
 	Description string
 	EventTypes  []string // ticked: of the catalog
 	OtherTypes  string   // the rest, comma-separated
+	Ordered     bool     // ordering fifo
 	Catalog     []storage.EventTypeRow
 	Error       string
 }
@@ -50,6 +51,16 @@ type endpointPageView struct {
 type eventTypesView struct {
 	Rows []storage.EventTypeRow
 }
+
+// ordering is the form's ordering, as the API names it.
+func (f endpointFormView) ordering() string {
+	if f.Ordered {
+		return webhookd.OrderingFIFO
+	}
+	return webhookd.OrderingNone
+}
+
+func ptr[T any](v T) *T { return &v }
 
 func ratePerSecond(r *int) string {
 	if r == nil {
@@ -66,7 +77,7 @@ func (s *Server) catalog(ctx context.Context, projectID string) ([]storage.Event
 // formOf fills a form view with stored values: types of the catalog are
 // ticked, the others listed as text.
 func formOf(e webhookd.Endpoint, catalog []storage.EventTypeRow) endpointFormView {
-	f := endpointFormView{URL: e.URL, Description: e.Description, Catalog: catalog}
+	f := endpointFormView{URL: e.URL, Description: e.Description, Catalog: catalog, Ordered: e.Ordering == webhookd.OrderingFIFO}
 	var other []string
 	for _, t := range e.EventTypes {
 		if slices.ContainsFunc(catalog, func(c storage.EventTypeRow) bool { return c.Name == t }) {
@@ -88,7 +99,7 @@ func (s *Server) readEndpointForm(w http.ResponseWriter, r *http.Request) (endpo
 		return endpointFormView{}, nil, "The form could not be read."
 	}
 	f := endpointFormView{URL: strings.TrimSpace(r.PostForm.Get("url")), Description: r.PostForm.Get("description"),
-		EventTypes: r.PostForm["event_type"], OtherTypes: r.PostForm.Get("other_types")}
+		EventTypes: r.PostForm["event_type"], OtherTypes: r.PostForm.Get("other_types"), Ordered: r.PostForm.Get("ordered") != ""}
 	types := slices.Clone(f.EventTypes)
 	for _, t := range strings.Split(f.OtherTypes, ",") {
 		if t = strings.TrimSpace(t); t != "" {
@@ -158,7 +169,7 @@ func (s *Server) createEndpoint(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	e, err := s.store.CreateEndpoint(r.Context(), sc.ProjectID, storage.NewEndpoint{URL: f.URL, Description: f.Description,
-		EventTypes: types, Secret: secret}, s.cfg.Clock.Now())
+		EventTypes: types, Ordering: f.ordering(), Secret: secret}, s.cfg.Clock.Now())
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -200,7 +211,7 @@ func (s *Server) updateEndpoint(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_, err := s.store.UpdateEndpoint(r.Context(), ep.ProjectID, ep.ID, storage.EndpointPatch{URL: &f.URL,
-		Description: &f.Description, EventTypes: &types}, s.cfg.Clock.Now())
+		Description: &f.Description, EventTypes: &types, Ordering: ptr(f.ordering())}, s.cfg.Clock.Now())
 	if webhookd.ErrorCode(err) == webhookd.CodeNotFound {
 		redirect(w, r, "/endpoints?done="+webhookd.CodeNotFound)
 		return

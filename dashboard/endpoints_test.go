@@ -174,14 +174,15 @@ func TestEndpointsShowConcurrencyAndSetMaxInFlight(t *testing.T) {
 }
 
 // TestEndpointsShowAnOpenCircuit: an endpoint whose circuit is open says
-// so, with its next probe, and one disabled for failing says why.
+// so, with its next probe, and one disabled for failing says why; an
+// ordered one says it is.
 func TestEndpointsShowAnOpenCircuit(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, nil)
 	ep, _ := f.seed("acme", 1, "invoice.paid")
 	ctx := context.Background()
 	if _, err := f.db.Pool().Exec(ctx, `UPDATE endpoints SET circuit = 'open', probe_at = now() + interval '5 minutes',
-		status = 'disabled', disabled_reason = 'failing' WHERE id = $1`, ep); err != nil {
+		status = 'disabled', disabled_reason = 'failing', ordering = 'fifo' WHERE id = $1`, ep); err != nil {
 		t.Fatal(err)
 	}
 	c := f.client()
@@ -197,5 +198,8 @@ func TestEndpointsShowAnOpenCircuit(t *testing.T) {
 	}
 	if got := row.Find(".badge-dead_letter").Text(); got != "disabled: failing" {
 		t.Fatalf("disabled badge %q", got)
+	}
+	if got := row.Find(".ordering").Text(); got != "ordered · one at a time" {
+		t.Fatalf("ordering badge %q", got)
 	}
 }

@@ -348,14 +348,15 @@ func TestPortalActsOnItsOwnProject(t *testing.T) {
 		t.Fatalf("bad URL: %d", resp.StatusCode)
 	}
 	resp, _ = f.do(c, "POST", base+"/endpoints", url.Values{"url": {"https://hooks.example.com/in"},
-		"description": {"mine"}, "event_type": {"order.paid"}, "other_types": {"order.refunded, order.paid"}}, nil)
+		"description": {"mine"}, "event_type": {"order.paid"}, "other_types": {"order.refunded, order.paid"}, "ordered": {"fifo"}}, nil)
 	loc := resp.Header.Get("Location")
 	if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(loc, base+"/endpoints/ep_") {
 		t.Fatalf("create: %d %q", resp.StatusCode, loc)
 	}
 	newID := strings.TrimSuffix(strings.TrimPrefix(loc, base+"/endpoints/"), "?saved=1")
 	created, err := f.db.Store().GetEndpoint(ctx, p.ID, newID)
-	if err != nil || created.URL != "https://hooks.example.com/in" || strings.Join(created.EventTypes, ",") != "order.paid,order.refunded" {
+	if err != nil || created.URL != "https://hooks.example.com/in" || strings.Join(created.EventTypes, ",") != "order.paid,order.refunded" ||
+		created.Ordering != webhookd.OrderingFIFO {
 		t.Fatalf("created %+v %v", created, err)
 	}
 	resp, _ = f.do(c, "POST", base+"/endpoints/"+newID, url.Values{"url": {"https://hooks.example.com/v2"}, "description": {"v2"}}, nil)
@@ -363,7 +364,8 @@ func TestPortalActsOnItsOwnProject(t *testing.T) {
 		t.Fatalf("update: %d", resp.StatusCode)
 	}
 	updated, _ := f.db.Store().GetEndpoint(ctx, p.ID, newID)
-	if updated.URL != "https://hooks.example.com/v2" || updated.Description != "v2" || len(updated.EventTypes) != 0 {
+	if updated.URL != "https://hooks.example.com/v2" || updated.Description != "v2" || len(updated.EventTypes) != 0 ||
+		updated.Ordering != webhookd.OrderingNone {
 		t.Fatalf("updated %+v", updated)
 	}
 	if resp, _ = f.do(c, "POST", base+"/endpoints/"+newID+"/status", url.Values{"status": {"disabled"}}, nil); resp.Header.Get("Location") != base+"/endpoints?done=disabled" {

@@ -314,6 +314,8 @@ type EndpointRow struct {
 	// is not closed.
 	Circuit string
 	ProbeAt *time.Time
+	// Ordering is webhookd.OrderingNone or webhookd.OrderingFIFO.
+	Ordering string
 }
 
 // DashboardEndpoints returns a page of the live endpoints of projectID (of
@@ -323,7 +325,7 @@ type EndpointRow struct {
 // read those endpoints' deliveries of the period, never the attempts).
 func (s *Store) DashboardEndpoints(ctx context.Context, projectID string, since time.Time, page Page) ([]EndpointRow, bool, error) {
 	rows, err := s.q.Query(ctx, `SELECT p.id, p.project_id, pr.name, p.url, p.description, p.status, p.disabled_reason,
-			p.created_at, p.max_in_flight, p.circuit, p.probe_at, l.id, l.status, l.last_status_code, l.last_error, l.updated_at
+			p.created_at, p.max_in_flight, p.circuit, p.probe_at, p.ordering, l.id, l.status, l.last_status_code, l.last_error, l.updated_at
 		FROM endpoints p JOIN projects pr ON pr.id = p.project_id
 			-- The latest id alone, so that deliveries_endpoint_idx answers it
 			-- from the index: asked for more columns, the planner may walk
@@ -340,7 +342,7 @@ func (s *Store) DashboardEndpoints(ctx context.Context, projectID string, since 
 	list, err := collect(rows, func(r pgx.Row) (EndpointRow, error) {
 		var e EndpointRow
 		err := r.Scan(&e.ID, &e.ProjectID, &e.ProjectName, &e.URL, &e.Description, &e.Status, &e.DisabledReason,
-			&e.CreatedAt, &e.MaxInFlight, &e.Circuit, &e.ProbeAt, &e.LastDeliveryID, &e.LastDeliveryStatus, &e.LastStatusCode, &e.LastError, &e.LastUpdatedAt)
+			&e.CreatedAt, &e.MaxInFlight, &e.Circuit, &e.ProbeAt, &e.Ordering, &e.LastDeliveryID, &e.LastDeliveryStatus, &e.LastStatusCode, &e.LastError, &e.LastUpdatedAt)
 		return e, err
 	})
 	if err != nil {
