@@ -41,6 +41,7 @@ type endpointIn struct {
 	URL         string   `json:"url"`
 	EventTypes  []string `json:"event_types"`
 	MaxInFlight int      `json:"max_in_flight,omitempty"`
+	Ordering    string   `json:"ordering,omitempty"`
 }
 
 func newAPIClient(base, key string) *apiClient {
@@ -60,6 +61,11 @@ func (c *apiClient) CreateEndpoint(ctx context.Context, in endpointIn) (id strin
 	}
 	if in.MaxInFlight != 0 && code == http.StatusBadRequest && strings.Contains(string(body), "max_in_flight") {
 		in.MaxInFlight = 0
+		id, _, err := c.CreateEndpoint(ctx, in)
+		return id, false, err
+	}
+	if in.Ordering != "" && code == http.StatusBadRequest && strings.Contains(string(body), "ordering") {
+		in.Ordering = ""
 		id, _, err := c.CreateEndpoint(ctx, in)
 		return id, false, err
 	}

@@ -35,4 +35,5 @@ var scenarios = map[string]scenario{
 	"kill":              killScenario,
 	"flush":             flushScenario,
 	"many-endpoints":    manyEndpointsScenario,
+	"fifo":              fifoScenario,
 }

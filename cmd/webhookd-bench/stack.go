@@ -188,7 +188,8 @@ type endpoint struct {
 	name        string
 	behaviour   behaviour
 	eventType   string
-	maxInFlight int // 0: not sent
+	maxInFlight int    // 0: not sent
+	ordering    string // "": not sent
 }
 
 // createEndpoints adds each endpoint to the receiver and creates it through
@@ -198,11 +199,13 @@ func (s *stack) createEndpoints(ctx context.Context, eps []endpoint) (string, er
 	for _, e := range eps {
 		url := s.recv.Add(e.name, e.behaviour)
 		_, supported, err := s.api.CreateEndpoint(ctx,
-			endpointIn{URL: url, EventTypes: []string{e.eventType}, MaxInFlight: e.maxInFlight})
+			endpointIn{URL: url, EventTypes: []string{e.eventType}, MaxInFlight: e.maxInFlight, Ordering: e.ordering})
 		if err != nil {
 			return "", err
 		}
-		if !supported {
+		if !supported && e.ordering != "" {
+			note = "ordering is not supported by this binary (400 on that field): the endpoint was created without it."
+		} else if !supported {
 			note = fmt.Sprintf("max_in_flight is not supported yet (400 on that field): endpoints were created "+
 				"without it, so webhookd's default per-endpoint cap applied instead of %d.", e.maxInFlight)
 		}
