@@ -65,13 +65,20 @@ func (s *Server) replayDeadLetters(c *call) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	c.afterCommit = func(ctx context.Context) {
+	c.afterCommit = s.enqueueJobAfterCommit(job.ID)
+	return http.StatusAccepted, jobCreatedJSON{JobID: job.ID}, nil
+}
+
+// enqueueJobAfterCommit is the afterCommit of a call that created replay
+// job id: it enqueues the job (one that cannot be enqueued waits, queued,
+// for the job reconciler).
+func (s *Server) enqueueJobAfterCommit(id string) func(context.Context) {
+	return func(ctx context.Context) {
 		if s.cfg.Enqueuer == nil {
 			return
 		}
-		if err := s.cfg.Enqueuer.EnqueueJob(ctx, job.ID); err != nil {
-			s.log.Warn("enqueue replay job failed; it waits queued for the job reconciler", "job_id", job.ID, "err", err)
+		if err := s.cfg.Enqueuer.EnqueueJob(ctx, id); err != nil {
+			s.log.Warn("enqueue replay job failed; it waits queued for the job reconciler", "job_id", id, "err", err)
 		}
 	}
-	return http.StatusAccepted, jobCreatedJSON{JobID: job.ID}, nil
 }

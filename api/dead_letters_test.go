@@ -201,3 +201,71 @@ func TestReplayDeadLettersJob(t *testing.T) {
 	r = h.do(req{method: "GET", path: "/v1/jobs/" + jobID, key: h.newKey("other", storage.ProjectPlan{})})
 	expectStatus(t, r, http.StatusNotFound)
 }
+
+// TestEnableReplaysTheOutage: PATCH {"status":"active","replay_dead_letters":true}
+// on a disabled endpoint enables it and makes one replay job, in the same
+// transaction, over its dead letters since its outage began (failing_since),
+// named in Webhookd-Replay-Job and enqueued; replay_dead_letters anywhere
+// else is 400 validation_failed and changes nothing.
+func TestEnableReplaysTheOutage(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{}
+	h := newHarness(t, withEnqueuer(rec))
+	a := h.createEndpoint(map[string]any{"url": "http://127.0.0.1:9/a"})["id"].(string)
+	b := h.createEndpoint(map[string]any{"url": "http://127.0.0.1:9/b"})["id"].(string)
+	var onA []string
+	for range 3 {
+		_, ds := h.send("order.created", a, b)
+		h.deadLetter(ds[0])
+		h.deadLetter(ds[1])
+		onA = append(onA, ds[0])
+	}
+	ctx := context.Background()
+	// The first dead letter of a is older than the outage.
+	if _, err := h.db.Pool().Exec(ctx, `UPDATE dead_letters SET dead_lettered_at = '2000-01-01Z' WHERE delivery_id = $1`, onA[0]); err != nil {
+		t.Fatal(err)
+	}
+
+	for body, why := range map[string]string{
+		`{"replay_dead_letters":true}`:                     "without status",
+		`{"status":"active","replay_dead_letters":true}`:   "on an active endpoint",
+		`{"status":"disabled","replay_dead_letters":true}`: "when disabling",
+		`{"status":"active","replay_dead_letters":"yes"}`:  "not a boolean",
+	} {
+		r := h.do(req{method: "PATCH", path: "/v1/endpoints/" + a, body: body})
+		expectStatus(t, r, http.StatusBadRequest)
+		if f := r.json(t)["error"].(map[string]any)["field"]; f != "replay_dead_letters" {
+			t.Errorf("%s: %s", why, r.body)
+		}
+	}
+	if n := h.count("jobs"); n != 0 {
+		t.Fatalf("%d jobs made by refused requests", n)
+	}
+	if _, err := h.db.Pool().Exec(ctx, `UPDATE endpoints SET status = 'disabled', disabled_reason = 'failing',
+		failing_since = '2001-01-01Z' WHERE id = $1`, a); err != nil {
+		t.Fatal(err)
+	}
+	r := h.do(req{method: "PATCH", path: "/v1/endpoints/" + a, body: `{"status":"active","replay_dead_letters":true}`})
+	expectStatus(t, r, http.StatusOK)
+	if ep := r.json(t); ep["status"] != "active" || ep["disabled_reason"] != nil {
+		t.Fatalf("enabled %s", r.body)
+	}
+	jobID := r.header.Get("Webhookd-Replay-Job")
+	if !strings.HasPrefix(jobID, "job_") || h.count("jobs") != 1 {
+		t.Fatalf("Webhookd-Replay-Job %q, %d jobs", jobID, h.count("jobs"))
+	}
+	if got := h.enqueued(rec); got[len(got)-1] != "job "+jobID {
+		t.Fatalf("enqueued %v", got)
+	}
+	var attempted []string
+	rp := &deadletter.Replayer{DB: h.db, Attempt: func(_ context.Context, deliveryID, _ string) (bool, error) {
+		attempted = append(attempted, deliveryID)
+		return true, nil
+	}}
+	if err := rp.Run(ctx, jobID); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(attempted, onA[1:]) {
+		t.Fatalf("the job replayed %v, want the outage's %v", attempted, onA[1:])
+	}
+}

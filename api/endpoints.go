@@ -31,12 +31,13 @@ type endpointInput struct {
 	MaxInFlight        *int
 	Ordering           string
 	Status             string
+	ReplayDeadLetters  bool // PATCH only
 }
 
 func (in *endpointInput) fields() map[string]any {
 	return map[string]any{"url": &in.URL, "description": &in.Description, "event_types": &in.EventTypes,
 		"rate_limit_per_second": &in.RateLimitPerSecond, "max_in_flight": &in.MaxInFlight,
-		"ordering": &in.Ordering, "status": &in.Status}
+		"ordering": &in.Ordering, "status": &in.Status, "replay_dead_letters": &in.ReplayDeadLetters}
 }
 
 // createEndpoint serves POST /v1/endpoints.
@@ -44,6 +45,7 @@ func (s *Server) createEndpoint(c *call) (int, any, error) {
 	var in endpointInput
 	fields := in.fields()
 	delete(fields, "status")
+	delete(fields, "replay_dead_letters")
 	present, err := decodeObject(c.body, "", fields)
 	if err != nil {
 		return 0, nil, err
@@ -198,6 +200,7 @@ func (s *Server) patchEndpoint(c *call) (int, any, error) {
 	if present["status"] {
 		p.Status = &in.Status
 	}
+	p.ReplayDeadLetters = in.ReplayDeadLetters
 	if m := c.r.Header.Get("If-Match"); m != "" {
 		v, err := strconv.Atoi(strings.Trim(strings.TrimPrefix(strings.TrimSpace(m), "W/"), `"`))
 		if err != nil {
@@ -205,11 +208,17 @@ func (s *Server) patchEndpoint(c *call) (int, any, error) {
 		}
 		p.IfVersion = &v
 	}
-	e, err := c.store.UpdateEndpoint(c.ctx, c.project.ID, c.r.PathValue("id"), p, s.clock.Now())
+	e, job, err := c.store.UpdateEndpointAndReplay(c.ctx, c.project.ID, c.r.PathValue("id"), p, s.clock.Now())
 	if err != nil {
 		return 0, nil, err
 	}
 	c.header.Set("ETag", strconv.Quote(strconv.Itoa(e.Version)))
+	if job != nil {
+		// The replay job of the outage's dead letters: its progress at
+		// GET /v1/jobs/{id}.
+		c.header.Set("Webhookd-Replay-Job", job.ID)
+		c.afterCommit = s.enqueueJobAfterCommit(job.ID)
+	}
 	return http.StatusOK, endpointOut(e), nil
 }
 

@@ -90,6 +90,9 @@ type EndpointPatch struct {
 	ClearMaxInFlight bool
 	Ordering         *string // "none" or "fifo": for events accepted from then on
 	Status           *string // "active" or "disabled"
+	// ReplayDeadLetters, with Status "active" on a disabled endpoint, also
+	// replays its dead letters of the outage in one job.
+	ReplayDeadLetters bool
 }
 
 // MarshalJSON sends only the fields that change (and null for a clear).
@@ -107,6 +110,7 @@ func (p EndpointPatch) MarshalJSON() ([]byte, error) {
 	set("max_in_flight", p.MaxInFlight, p.MaxInFlight != nil || p.ClearMaxInFlight)
 	set("ordering", p.Ordering, p.Ordering != nil)
 	set("status", p.Status, p.Status != nil)
+	set("replay_dead_letters", true, p.ReplayDeadLetters)
 	return json.Marshal(m)
 }
 

@@ -24,6 +24,7 @@ var testEventData = json.RawMessage(`{"message":"This is a test event from webho
 var endpointFlash = map[string]struct{ text, kind string }{
 	"enabled":             {"Endpoint enabled: it gets new deliveries again.", "ok"},
 	"disabled":            {"Endpoint disabled: it gets no new deliveries, and those already scheduled become dead letters (endpoint_disabled) when their turn comes.", "ok"},
+	"replay_refused":      {"The endpoint was enabled already: nothing was replayed. Replay its dead letters from the Dead letters page.", "error"},
 	"test_disabled":       {"The endpoint is disabled: enable it to send a test event.", "error"},
 	"max_in_flight":       {"Max in flight changed: each worker's limit for the endpoint adapts up to it.", "ok"},
 	"bad_max_in_flight":   {"Max in flight must be a whole number from 1 to 1000.", "error"},
@@ -108,25 +109,40 @@ func (s *Server) setEndpointStatus(w http.ResponseWriter, r *http.Request) {
 	if status == webhookd.EndpointDisabled {
 		done = "disabled"
 	}
-	s.patchEndpointThen(w, r, storage.EndpointPatch{Status: &status}, done)
+	replay := status == webhookd.EndpointActive && r.PostFormValue("replay_dead_letters") != ""
+	s.patchEndpointThen(w, r, storage.EndpointPatch{Status: &status, ReplayDeadLetters: replay}, done)
 }
 
 // patchEndpointThen applies p to the endpoint the path names and goes back to
-// the list saying done (or that the endpoint is gone).
+// the list saying done (or that the endpoint is gone); when p replays the
+// outage's dead letters, it enqueues the job and shows its progress.
 func (s *Server) patchEndpointThen(w http.ResponseWriter, r *http.Request, p storage.EndpointPatch, done string) {
 	ep, ok := s.endpointOf(w, r)
 	if !ok {
 		return
 	}
-	if _, err := s.store.UpdateEndpoint(r.Context(), ep.ProjectID, ep.ID, p, s.cfg.Clock.Now()); err != nil {
-		if webhookd.ErrorCode(err) == webhookd.CodeNotFound {
-			redirect(w, r, "/endpoints?done="+webhookd.CodeNotFound)
-			return
-		}
+	_, job, err := s.store.UpdateEndpointAndReplay(r.Context(), ep.ProjectID, ep.ID, p, s.cfg.Clock.Now())
+	switch code := webhookd.ErrorCode(err); {
+	case code == webhookd.CodeNotFound:
+		redirect(w, r, "/endpoints?done="+webhookd.CodeNotFound)
+		return
+	case code == webhookd.CodeValidationFailed: // a replay asked of an endpoint enabled meanwhile
+		redirect(w, r, "/endpoints?done=replay_refused")
+		return
+	case err != nil:
 		s.fail(w, r, err)
 		return
 	}
-	redirect(w, r, "/endpoints?done="+done)
+	if job == nil {
+		redirect(w, r, "/endpoints?done="+done)
+		return
+	}
+	if s.cfg.Enqueuer != nil {
+		if err := s.cfg.Enqueuer.EnqueueJob(context.WithoutCancel(r.Context()), job.ID); err != nil {
+			s.log.Warn("enqueue replay job failed; it waits queued for the job reconciler", "job_id", job.ID, "err", err)
+		}
+	}
+	redirect(w, r, "/jobs?"+url.Values{"id": {job.ID}}.Encode())
 }
 
 // setMaxInFlight changes the endpoint's max_in_flight (the ceiling of its

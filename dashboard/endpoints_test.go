@@ -61,7 +61,22 @@ func TestEndpointsListDisableEnableAndTestEvent(t *testing.T) {
 		t.Fatalf("test event to a disabled endpoint: %q", resp.Header.Get("Location"))
 	}
 
-	f.do(c, "POST", "/endpoints/"+ep+"/status", url.Values{"status": {"active"}}, nil)
+	if row().Find(`.replay-outage input[name="replay_dead_letters"]`).Length() != 1 {
+		t.Errorf("enabling does not offer to replay the outage's dead letters")
+	}
+	// Enabled with the outage's dead letters replayed: one job, whose progress shows.
+	resp, _ = f.do(c, "POST", "/endpoints/"+ep+"/status", url.Values{"status": {"active"}, "replay_dead_letters": {"1"}}, nil)
+	if loc := resp.Header.Get("Location"); resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(loc, "/jobs?id=job_") {
+		t.Fatalf("enable and replay: %d %q", resp.StatusCode, loc)
+	}
+	var params string
+	if err := f.db.Pool().QueryRow(context.Background(), `SELECT params::text FROM jobs`).Scan(&params); err != nil ||
+		!strings.Contains(params, ep) {
+		t.Fatalf("replay job params %q (%v), want endpoint %s", params, err, ep)
+	}
+	if row().AttrOr("data-status", "") != "active" {
+		t.Fatalf("not enabled")
+	}
 	resp, _ = f.do(c, "POST", "/endpoints/"+ep+"/test", url.Values{}, nil)
 	loc := resp.Header.Get("Location")
 	if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(loc, "/deliveries/dlv_") {

@@ -18,11 +18,12 @@ const endpointColumns = `id, project_id, url, description, event_types, status, 
 	circuit, probe_at, ordering`
 
 // scanEndpoint reads an endpoint of endpointColumns, its secrets opened.
-func (s *Store) scanEndpoint(row pgx.Row) (webhookd.Endpoint, error) {
+// more are the columns after them, if any.
+func (s *Store) scanEndpoint(row pgx.Row, more ...any) (webhookd.Endpoint, error) {
 	var e webhookd.Endpoint
-	err := row.Scan(&e.ID, &e.ProjectID, &e.URL, &e.Description, &e.EventTypes, &e.Status, &e.DisabledReason,
+	err := row.Scan(append([]any{&e.ID, &e.ProjectID, &e.URL, &e.Description, &e.EventTypes, &e.Status, &e.DisabledReason,
 		&e.RateLimitPerSecond, &e.Secret, &e.PreviousSecret, &e.PreviousExpiresAt, &e.Version, &e.CreatedAt, &e.UpdatedAt,
-		&e.MaxInFlight, &e.Circuit, &e.ProbeAt, &e.Ordering)
+		&e.MaxInFlight, &e.Circuit, &e.ProbeAt, &e.Ordering}, more...)...)
 	if e.EventTypes == nil {
 		e.EventTypes = []string{}
 	}
@@ -82,7 +83,7 @@ func (s *Store) ListEndpoints(ctx context.Context, projectID string, page Page) 
 	if err != nil {
 		return nil, false, translate(err, "list endpoints")
 	}
-	list, err := collect(rows, s.scanEndpoint)
+	list, err := collect(rows, func(r pgx.Row) (webhookd.Endpoint, error) { return s.scanEndpoint(r) })
 	if err != nil {
 		return nil, false, translate(err, "list endpoints")
 	}
@@ -102,20 +103,52 @@ type EndpointPatch struct {
 	MaxInFlight        **int // non-nil pointer to nil: webhookd.DefaultMaxInFlight
 	// Ordering applies to the deliveries of events accepted from then on:
 	// those accepted before keep the order (or none) they were made with.
-	Ordering  *string
-	Status    *string
+	Ordering *string
+	// ReplayDeadLetters, with Status active for a disabled endpoint,
+	// replays its dead letters of the outage in one job
+	// (UpdateEndpointAndReplay).
+	ReplayDeadLetters bool
+	Status            *string
 	IfVersion *int // when set, the change applies only at this version
 }
 
 // UpdateEndpoint applies p and bumps the version. A stale IfVersion returns
 // ErrVersionMismatch; an unknown id ErrNotFound.
 func (s *Store) UpdateEndpoint(ctx context.Context, projectID, id string, p EndpointPatch, now time.Time) (webhookd.Endpoint, error) {
-	var out webhookd.Endpoint
+	e, _, err := s.UpdateEndpointAndReplay(ctx, projectID, id, p, now)
+	return e, err
+}
+
+// UpdateEndpointAndReplay is UpdateEndpoint, and with p.ReplayDeadLetters
+// it creates, in the same transaction, a queued dead-letter replay job
+// over the endpoint's dead letters of its outage: those dead-lettered
+// since its first failure after its last success (failing_since), or, if
+// it was not failing, since its last change (its disabling). It is
+// validation_failed (replay_dead_letters) unless the patch enables a
+// disabled endpoint.
+func (s *Store) UpdateEndpointAndReplay(ctx context.Context, projectID, id string, p EndpointPatch, now time.Time) (webhookd.Endpoint, *webhookd.Job, error) {
+	var (
+		out webhookd.Endpoint
+		job *webhookd.Job
+	)
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		cur, err := s.scanEndpoint(tx.QueryRow(ctx, `SELECT `+endpointColumns+` FROM endpoints
-			WHERE id = $1 AND project_id = $2 AND deleted_at IS NULL FOR UPDATE`, id, projectID))
+		var outage time.Time
+		cur, err := s.scanEndpoint(tx.QueryRow(ctx, `SELECT `+endpointColumns+`, COALESCE(failing_since, updated_at) FROM endpoints
+			WHERE id = $1 AND project_id = $2 AND deleted_at IS NULL FOR UPDATE`, id, projectID), &outage)
 		if err != nil {
 			return err
+		}
+		if p.ReplayDeadLetters {
+			if cur.Status != webhookd.EndpointDisabled || p.Status == nil || *p.Status != webhookd.EndpointActive {
+				return webhookd.Invalid("replay_dead_letters",
+					`replays an outage's dead letters only when the same request enables a disabled endpoint ("status":"active")`)
+			}
+			ts := &Store{q: tx, tx: tx, db: s.db, box: s.box}
+			j, err := ts.CreateJob(ctx, projectID, DeadLetterFilter{EndpointID: id, Since: &outage}, now)
+			if err != nil {
+				return err
+			}
+			job = &j
 		}
 		if p.IfVersion != nil && *p.IfVersion != cur.Version {
 			return &webhookd.Error{Code: webhookd.CodeVersionMismatch,
@@ -164,7 +197,7 @@ func (s *Store) UpdateEndpoint(ctx context.Context, projectID, id string, p Endp
 			cur.Status, cur.DisabledReason, now, cur.MaxInFlight, cur.Ordering))
 		return err
 	})
-	return out, translate(err, "endpoint")
+	return out, job, translate(err, "endpoint")
 }
 
 // DeleteEndpoint removes an endpoint from the API. Its history stays for the
