@@ -109,7 +109,7 @@ type EndpointPatch struct {
 	// (UpdateEndpointAndReplay).
 	ReplayDeadLetters bool
 	Status            *string
-	IfVersion *int // when set, the change applies only at this version
+	IfVersion         *int // when set, the change applies only at this version
 }
 
 // UpdateEndpoint applies p and bumps the version. A stale IfVersion returns
