@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/netip"
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/internal/netguard"
@@ -46,6 +48,34 @@ type endpointPageView struct {
 	E     webhookd.Endpoint
 	Form  endpointFormView
 	Saved bool
+	// Lifecycle is the endpoint's latest operational events, newest first.
+	Lifecycle []storage.LifecycleEntry
+	Now       time.Time
+}
+
+// lifecycleLimit is how many lifecycle entries an endpoint's page shows.
+const lifecycleLimit = 20
+
+// lifecycleText says what an operational event about an endpoint tells.
+func lifecycleText(l storage.LifecycleEntry) string {
+	var d struct {
+		Failures    int        `json:"consecutive_failures"`
+		NextProbeAt *time.Time `json:"next_probe_at"`
+	}
+	json.Unmarshal(l.Data, &d) // our own events' data; a field it lacks stays zero
+	switch l.Type {
+	case webhookd.EventCircuitOpened:
+		s := fmt.Sprintf("Circuit opened after %d consecutive failed attempts", d.Failures)
+		if d.NextProbeAt != nil {
+			s += "; first probe at " + utc(*d.NextProbeAt) + " UTC"
+		}
+		return s
+	case webhookd.EventCircuitClosed:
+		return "Circuit closed: an attempt succeeded, the waiting deliveries flow again"
+	case webhookd.EventEndpointDisabled:
+		return "Disabled: no successful attempt within the disable window"
+	}
+	return l.Type
 }
 
 type eventTypesView struct {
@@ -188,8 +218,13 @@ func (s *Server) endpointPage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	lifecycle, err := s.store.EndpointLifecycle(r.Context(), ep.ProjectID, ep.ID, lifecycleLimit)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	s.render(w, r, http.StatusOK, endpointPage(endpointPageView{E: ep, Form: formOf(ep, catalog),
-		Saved: r.URL.Query().Get("saved") == "1"}))
+		Saved: r.URL.Query().Get("saved") == "1", Lifecycle: lifecycle, Now: s.cfg.Clock.Now()}))
 }
 
 // updateEndpoint changes an endpoint's URL, description and event types,

@@ -2,10 +2,12 @@ package dashboard
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/PuerkitoBio/goquery"
 
@@ -216,5 +218,46 @@ func TestEndpointsShowAnOpenCircuit(t *testing.T) {
 	}
 	if got := row.Find(".ordering").Text(); got != "ordered · one at a time" {
 		t.Fatalf("ordering badge %q", got)
+	}
+}
+
+// TestEndpointPageShowsItsLifecycle: an endpoint's page lists the
+// operational events about it (circuit opened, closed; disabled), newest
+// first, and none about other endpoints.
+func TestEndpointPageShowsItsLifecycle(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	ep, _ := f.seed("acme", 0, "invoice.paid")
+	other, _ := f.seed("other", 0, "invoice.paid")
+	ctx := context.Background()
+	c := f.client()
+	f.login(c)
+	_, body := f.do(c, "GET", "/endpoints/"+ep, nil, nil)
+	if parseHTML(t, body).Find("#lifecycle-empty").Length() != 1 {
+		t.Fatalf("an endpoint with no lifecycle events shows some")
+	}
+	var project string
+	if err := f.db.Pool().QueryRow(ctx, `SELECT project_id FROM endpoints WHERE id = $1`, ep).Scan(&project); err != nil {
+		t.Fatal(err)
+	}
+	emit := func(typ, about, data string) {
+		t.Helper()
+		if _, err := f.db.Store().CreateEvents(ctx, project, []storage.NewEvent{{Type: typ, Data: json.RawMessage(data),
+			EndpointIDs: []string{}}}, time.Now(), func(int) string { return "" }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	emit(webhookd.EventCircuitOpened, ep, `{"endpoint_id":"`+ep+`","consecutive_failures":10,"next_probe_at":"2026-12-02T10:00:30Z"}`)
+	emit(webhookd.EventCircuitOpened, other, `{"endpoint_id":"`+other+`","consecutive_failures":12}`)
+	emit(webhookd.EventCircuitClosed, ep, `{"endpoint_id":"`+ep+`"}`)
+	emit(webhookd.EventEndpointDisabled, ep, `{"endpoint_id":"`+ep+`","disabled_reason":"failing"}`)
+	_, body = f.do(c, "GET", "/endpoints/"+ep, nil, nil)
+	var got []string
+	parseHTML(t, body).Find(".lifecycle-table tbody tr .what").Each(func(_ int, s *goquery.Selection) { got = append(got, s.Text()) })
+	want := []string{"Disabled: no successful attempt within the disable window",
+		"Circuit closed: an attempt succeeded, the waiting deliveries flow again",
+		"Circuit opened after 10 consecutive failed attempts; first probe at 2026-12-02 10:00:30 UTC"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("lifecycle %q, want %q", got, want)
 	}
 }

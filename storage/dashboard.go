@@ -408,3 +408,32 @@ func (s *Store) DashboardEndpoint(ctx context.Context, id string) (webhookd.Endp
 		WHERE id = $1 AND deleted_at IS NULL`, id))
 	return e, translate(err, "endpoint")
 }
+
+// LifecycleEntry is one operational event about an endpoint
+// (webhookd.endpoint.*): its type, data and time.
+type LifecycleEntry struct {
+	EventID   string
+	Type      string
+	Data      json.RawMessage
+	CreatedAt time.Time
+}
+
+// EndpointLifecycle returns the latest limit operational events about
+// endpoint id (circuit opened and closed, disabled), newest first.
+func (s *Store) EndpointLifecycle(ctx context.Context, projectID, id string, limit int) ([]LifecycleEntry, error) {
+	rows, err := s.q.Query(ctx, `SELECT id, type, data, created_at FROM events
+		WHERE type LIKE 'webhookd.endpoint.%' AND data->>'endpoint_id' = $2 AND project_id = $1
+		ORDER BY id DESC LIMIT $3`, projectID, id, limit)
+	if err != nil {
+		return nil, fmt.Errorf("endpoint lifecycle: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (LifecycleEntry, error) {
+		var e LifecycleEntry
+		err := r.Scan(&e.EventID, &e.Type, &e.Data, &e.CreatedAt)
+		return e, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("endpoint lifecycle: %w", err)
+	}
+	return out, nil
+}

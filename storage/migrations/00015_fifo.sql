@@ -14,8 +14,14 @@ CREATE SEQUENCE deliveries_fifo_seq AS bigint;
 ALTER TABLE deliveries ADD COLUMN fifo_seq bigint;
 CREATE INDEX deliveries_fifo_idx ON deliveries (endpoint_id, fifo_seq)
     WHERE fifo_seq IS NOT NULL AND status IN ('pending', 'retrying');
+-- An endpoint's page shows its recent lifecycle (circuit opened and closed,
+-- disabled) from its operational events: a small index of those alone, by
+-- the endpoint they are about.
+CREATE INDEX events_lifecycle_idx ON events ((data->>'endpoint_id'), id DESC)
+    WHERE type LIKE 'webhookd.endpoint.%';
 
 -- +goose Down
+DROP INDEX events_lifecycle_idx;
 DROP INDEX deliveries_fifo_idx;
 ALTER TABLE deliveries DROP COLUMN fifo_seq;
 DROP SEQUENCE deliveries_fifo_seq;
