@@ -28,7 +28,7 @@ export interface NewEndpoint {
 export interface EndpointPatch {
   url?: string; description?: string; event_types?: string[] | null; rate_limit_per_second?: number | null;
   /** null: back to the default, 1000. */
-  max_in_flight?: number | null; status?: "active" | "disabled"; replay_dead_letters?: boolean;
+  max_in_flight?: number | null; ordering?: "none" | "fifo"; status?: "active" | "disabled"; replay_dead_letters?: boolean;
 }
 
 export interface Endpoint {
