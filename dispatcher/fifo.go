@@ -78,7 +78,7 @@ const chainFor = 100
 // its delivery out of it: it makes the new head's attempt itself, on this
 // goroutine, then the next, while each succeeds or dead-letters (no trip
 // through Redis between them), up to chainFor of them and while the task's
-// time lasts. The head's own task, parked in the held set, is dropped once
+// time leaves room for one more attempt to end within it. The head's own task, parked in the held set, is dropped once
 // its delivery is done. When the chain stops at a delivery that must wait
 // (a retry on its schedule, no room at its endpoint, an open circuit), that
 // delivery's task is parked for then; when it stops for the chain's length
@@ -91,7 +91,7 @@ func (d *Deliverer) passTurn(ctx context.Context, ep string) {
 		if err != nil || id == "" {
 			return
 		}
-		if deadline, ok := ctx.Deadline(); n >= chainFor || ctx.Err() != nil || ok && time.Until(deadline) < 2*d.attemptTimeout {
+		if deadline, ok := ctx.Deadline(); n >= chainFor || ctx.Err() != nil || ok && time.Until(deadline) < d.attemptTimeout+5*time.Second {
 			d.wakeHead(context.WithoutCancel(ctx), ep, id)
 			return
 		}
