@@ -118,19 +118,27 @@ func TestListDeadLetters(t *testing.T) {
 	}
 }
 
-func TestReplayDeadLettersJob(t *testing.T) {
-	t.Parallel()
-	rec := &recorder{}
-	h := newHarness(t, withEnqueuer(rec))
-	a := h.createEndpoint(map[string]any{"url": "http://127.0.0.1:9/a"})["id"].(string)
+// twoEndpointsDeadLettered makes endpoints a and b and three events to
+// both whose six deliveries are dead letters; it returns a and the
+// deliveries to a.
+func (h *harness) twoEndpointsDeadLettered() (a string, onA []string) {
+	h.t.Helper()
+	a = h.createEndpoint(map[string]any{"url": "http://127.0.0.1:9/a"})["id"].(string)
 	b := h.createEndpoint(map[string]any{"url": "http://127.0.0.1:9/b"})["id"].(string)
-	var onA []string
 	for range 3 {
 		_, ds := h.send("order.created", a, b)
 		h.deadLetter(ds[0])
 		h.deadLetter(ds[1])
 		onA = append(onA, ds[0])
 	}
+	return a, onA
+}
+
+func TestReplayDeadLettersJob(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{}
+	h := newHarness(t, withEnqueuer(rec))
+	a, onA := h.twoEndpointsDeadLettered()
 
 	r := h.do(req{method: "POST", path: "/v1/dead-letters/replay", body: "{}"})
 	expectStatus(t, r, http.StatusBadRequest)
@@ -211,15 +219,7 @@ func TestEnableReplaysTheOutage(t *testing.T) {
 	t.Parallel()
 	rec := &recorder{}
 	h := newHarness(t, withEnqueuer(rec))
-	a := h.createEndpoint(map[string]any{"url": "http://127.0.0.1:9/a"})["id"].(string)
-	b := h.createEndpoint(map[string]any{"url": "http://127.0.0.1:9/b"})["id"].(string)
-	var onA []string
-	for range 3 {
-		_, ds := h.send("order.created", a, b)
-		h.deadLetter(ds[0])
-		h.deadLetter(ds[1])
-		onA = append(onA, ds[0])
-	}
+	a, onA := h.twoEndpointsDeadLettered()
 	ctx := context.Background()
 	// The first dead letter of a is older than the outage.
 	if _, err := h.db.Pool().Exec(ctx, `UPDATE dead_letters SET dead_lettered_at = '2000-01-01Z' WHERE delivery_id = $1`, onA[0]); err != nil {

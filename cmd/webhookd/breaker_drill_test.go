@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"syscall"
 	"testing"
@@ -24,14 +23,7 @@ func TestBreakerThroughAnOutage(t *testing.T) {
 	breaker := []string{"WEBHOOKD_CIRCUIT_AFTER=5", "WEBHOOKD_CIRCUIT_PROBES=1s"}
 	addr := "127.0.0.1:" + freePort(t)
 	srv := &http.Server{Handler: http.HandlerFunc(d.receive)}
-	listen := func() net.Listener {
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		go srv.Serve(ln)
-		return ln
-	}
+	listen := reopenable(t, srv, addr)
 	ln := listen()
 	t.Cleanup(func() { srv.Close() })
 	d.base = "http://" + addr

@@ -372,14 +372,7 @@ func TestReceiverFlapping(t *testing.T) {
 		}
 	}}
 	addr := "127.0.0.1:" + freePort(t)
-	listen := func() net.Listener {
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		go srv.Serve(ln)
-		return ln
-	}
+	listen := reopenable(t, srv, addr)
 	ln := listen()
 	d.base = "http://" + addr
 	flapping := make(chan struct{})

@@ -406,3 +406,17 @@ func workerID(t *testing.T, p *proc) string {
 	})
 	return id
 }
+
+// reopenable returns a function that starts srv on addr (again, after its
+// listener was closed) and returns the new listener: a receiver whose
+// port can close and open.
+func reopenable(t *testing.T, srv *http.Server, addr string) func() net.Listener {
+	return func() net.Listener {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go srv.Serve(ln)
+		return ln
+	}
+}
