@@ -324,10 +324,8 @@ func (d *Deliverer) holdLeased(ctx context.Context, r Request, l *storage.Lease,
 // lease runs out. It does not depend on ctx being alive.
 func (d *Deliverer) record(ctx context.Context, r storage.Record) (bool, error) {
 	ctx = context.WithoutCancel(ctx)
-	wait := 100 * time.Millisecond
-	for try := 1; ; try++ {
-		var applied bool
-		var err error
+	var applied bool
+	err := persist(func() (err error) {
 		if r.Lease.FIFO { // one at a time: nothing to gather it with (Request.chained)
 			var out []bool
 			if out, err = d.db.RecordAttempts(ctx, []storage.Record{r}); err == nil {
@@ -339,8 +337,21 @@ func (d *Deliverer) record(ctx context.Context, r storage.Record) (bool, error) 
 		if applied {
 			d.metrics.recorded(r)
 		}
+		return err
+	})
+	return applied, err
+}
+
+// persist runs a write that must land (an attempt's record, its breaker's
+// count) until it succeeds, its batcher has stopped, or 8 tries (about
+// 7 s) have failed: PostgreSQL restarting or a dropped connection should
+// not lose it.
+func persist(write func() error) error {
+	wait := 100 * time.Millisecond
+	for try := 1; ; try++ {
+		err := write()
 		if err == nil || errors.Is(err, errBatcherStopped) || try == 8 {
-			return applied, err
+			return err
 		}
 		time.Sleep(wait) // a backoff between tries of a write that must land, not a wait for a condition
 		wait = min(2*wait, 2*time.Second)

@@ -69,7 +69,11 @@ func (d *Deliverer) circuitGate(ctx context.Context, r Request, l *storage.Lease
 // probe never waits for one (a circuit probing with no probe in flight
 // would wait out the probe's lease).
 func (d *Deliverer) takeProbe(ctx context.Context, r Request, l *storage.Lease, slot *endpointSlot, now time.Time) (res Result, err error, goOn bool) {
-	took, err := d.db.TakeProbe(ctx, l.Delivery.EndpointID, now, now.Add(d.lease))
+	// Should the probe never be counted, another may go once this one's
+	// request and record are surely over (not a whole lease later: the
+	// endpoint's deliveries wait for it); a probe whose worker dies is
+	// freed sooner, with the worker's leases (storage.VoidDeadLeases).
+	took, err := d.db.TakeProbe(ctx, l.Delivery.EndpointID, now, now.Add(d.attemptTimeout+10*time.Second), d.worker)
 	if err == nil && took {
 		d.metrics.probes.Inc()
 		return Result{}, nil, true
@@ -108,8 +112,14 @@ func (d *Deliverer) countForBreaker(ctx context.Context, l *storage.Lease, resp 
 		ok && l.Failures == 0 && l.Endpoint.Circuit == webhookd.CircuitClosed {
 		return
 	}
-	changes, err := d.db.ApplyCircuit(context.WithoutCancel(ctx), d.circuit,
-		[]storage.CircuitOutcome{{EndpointID: l.Delivery.EndpointID, OK: ok, At: at}})
+	// Lost, a probe's success would leave the circuit probing, and the
+	// endpoint's deliveries waiting, until the probe's time ran out.
+	var changes []storage.CircuitChange
+	err := persist(func() (err error) {
+		changes, err = d.db.ApplyCircuit(context.WithoutCancel(ctx), d.circuit,
+			[]storage.CircuitOutcome{{EndpointID: l.Delivery.EndpointID, OK: ok, At: at}})
+		return err
+	})
 	if err != nil {
 		d.log.Warn("circuit breaker not updated", "endpoint_id", l.Delivery.EndpointID, "err", err)
 		return

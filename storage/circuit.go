@@ -144,13 +144,14 @@ func probeWait(probes []time.Duration, n int) time.Duration {
 	return probes[min(n, len(probes)-1)]
 }
 
-// TakeProbe makes the caller the probe of ep's open circuit if its probe
-// is due at now: the circuit goes to probing until until (should the
-// probe never be recorded, another may go then). False: the probe is not
+// TakeProbe makes the caller, an attempt of worker, the probe of ep's open
+// circuit if its probe is due at now: the circuit goes to probing until
+// until (should the probe never be counted, another may go then, or as
+// soon as worker is found dead: VoidDeadLeases). False: the probe is not
 // due, or another attempt took it.
-func (db *DB) TakeProbe(ctx context.Context, ep string, now, until time.Time) (bool, error) {
-	tag, err := db.pool.Exec(ctx, `UPDATE endpoints SET circuit = 'probing', probe_at = $3
-		WHERE id = $1 AND circuit <> 'closed' AND probe_at <= $2`, ep, now, until)
+func (db *DB) TakeProbe(ctx context.Context, ep string, now, until time.Time, worker string) (bool, error) {
+	tag, err := db.pool.Exec(ctx, `UPDATE endpoints SET circuit = 'probing', probe_at = $3, probe_worker = NULLIF($4, '')
+		WHERE id = $1 AND circuit <> 'closed' AND probe_at <= $2`, ep, now, until, worker)
 	if err != nil {
 		return false, fmt.Errorf("take probe: %w", err)
 	}

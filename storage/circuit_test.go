@@ -53,13 +53,13 @@ func TestCircuitOpensProbesClosesAndDisables(t *testing.T) {
 		p == nil || !p.Equal(t0.Add(12*time.Second)) {
 		t.Fatalf("third failure: %+v, circuit %s probe %v", ch, c, p)
 	}
-	if took, err := db.TakeProbe(ctx, ep, t0.Add(5*time.Second), t0.Add(time.Minute)); took || err != nil {
+	if took, err := db.TakeProbe(ctx, ep, t0.Add(5*time.Second), t0.Add(time.Minute), ""); took || err != nil {
 		t.Fatalf("probe taken before it was due: %v %v", took, err)
 	}
-	if took, _ := db.TakeProbe(ctx, ep, t0.Add(12*time.Second), t0.Add(time.Minute)); !took {
+	if took, _ := db.TakeProbe(ctx, ep, t0.Add(12*time.Second), t0.Add(time.Minute), ""); !took {
 		t.Fatal("the due probe was not taken")
 	}
-	if took, _ := db.TakeProbe(ctx, ep, t0.Add(12*time.Second), t0.Add(time.Minute)); took {
+	if took, _ := db.TakeProbe(ctx, ep, t0.Add(12*time.Second), t0.Add(time.Minute), ""); took {
 		t.Fatal("a second probe was taken")
 	}
 	apply(false, t0.Add(13*time.Second))

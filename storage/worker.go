@@ -95,6 +95,13 @@ func (db *DB) VoidDeadLeases(ctx context.Context) ([]VoidedLease, int, error) {
 			err := r.Scan(&v.DeliveryID, &v.EndpointID, &v.ManualRequest)
 			return v, err
 		})
+		if err != nil {
+			return err
+		}
+		// A probe the dead worker had taken will never be counted: the next
+		// may go now, rather than when the dead one's time runs out.
+		_, err = tx.Exec(ctx, `UPDATE endpoints SET circuit = 'open', probe_at = now(), probe_worker = NULL
+			WHERE circuit = 'probing' AND probe_worker = ANY($1)`, dead)
 		return err
 	})
 	if err != nil {

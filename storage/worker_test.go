@@ -70,3 +70,69 @@ func TestDeadWorkersLeasesAreVoided(t *testing.T) {
 		t.Fatalf("the dead worker's record: applied %v, %v; want refused", applied, err)
 	}
 }
+
+// TestDeadWorkersProbeIsFreed: an open circuit's probe taken by a worker
+// found dead is freed with its leases (the next attempt may probe at
+// once), where a live worker's probe stays taken.
+func TestDeadWorkersProbeIsFreed(t *testing.T) {
+	t.Parallel()
+	db := testenv.DB(t)
+	ctx := context.Background()
+	project, _ := oneEndpoint(t, db)
+	var ep string
+	if err := db.Pool().QueryRow(ctx, `SELECT id FROM endpoints WHERE project_id = $1`, project).Scan(&ep); err != nil {
+		t.Fatal(err)
+	}
+	dead, live := storage.NewWorkerID(), storage.NewWorkerID()
+	for _, w := range []string{dead, live} {
+		if err := db.Beat(ctx, w, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	open := func() {
+		t.Helper()
+		if _, err := db.Pool().Exec(ctx, `UPDATE endpoints SET circuit = 'open', probe_at = now() - interval '1 second',
+			probe_worker = NULL WHERE id = $1`, ep); err != nil {
+			t.Fatal(err)
+		}
+	}
+	take := func(w string) bool {
+		t.Helper()
+		now := time.Now()
+		took, err := db.TakeProbe(ctx, ep, now, now.Add(time.Hour), w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return took
+	}
+	open()
+	if !take(live) || take(dead) {
+		t.Fatal("the live worker's probe was not taken, or taken twice")
+	}
+	if _, err := db.Pool().Exec(ctx, `UPDATE workers SET beat_at = now() - interval '6 seconds' WHERE id = $1`, dead); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := db.VoidDeadLeases(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if take(dead) {
+		t.Fatal("a live worker's probe was freed when another worker died")
+	}
+
+	open()
+	if err := db.Beat(ctx, dead, nil); err != nil { // alive again, as a new beat
+		t.Fatal(err)
+	}
+	if !take(dead) || take(live) {
+		t.Fatal("the probe was not taken once")
+	}
+	if _, err := db.Pool().Exec(ctx, `UPDATE workers SET beat_at = now() - interval '6 seconds' WHERE id = $1`, dead); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := db.VoidDeadLeases(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !take(live) {
+		t.Fatal("the dead worker's probe was not freed: the endpoint waits for its time to run out")
+	}
+}

@@ -14,6 +14,11 @@ CREATE SEQUENCE deliveries_fifo_seq AS bigint;
 ALTER TABLE deliveries ADD COLUMN fifo_seq bigint;
 CREATE INDEX deliveries_fifo_idx ON deliveries (endpoint_id, fifo_seq)
     WHERE fifo_seq IS NOT NULL AND status IN ('pending', 'retrying');
+-- The worker whose attempt took an open circuit's probe: when it is found
+-- dead, the probe is freed with its leases, so the endpoint's deliveries do
+-- not wait for the probe's time to run out.
+ALTER TABLE endpoints ADD COLUMN probe_worker text;
+
 -- An endpoint's page shows its recent lifecycle (circuit opened and closed,
 -- disabled) from its operational events: a small index of those alone, by
 -- the endpoint they are about.
@@ -22,6 +27,7 @@ CREATE INDEX events_lifecycle_idx ON events ((data->>'endpoint_id'), id DESC)
 
 -- +goose Down
 DROP INDEX events_lifecycle_idx;
+ALTER TABLE endpoints DROP COLUMN probe_worker;
 DROP INDEX deliveries_fifo_idx;
 ALTER TABLE deliveries DROP COLUMN fifo_seq;
 DROP SEQUENCE deliveries_fifo_seq;
