@@ -42,17 +42,10 @@ const holdFIFO = "fifo"
 // score is 0 already), it stays at the front.
 func (h *holder) waitTurn(ctx context.Context, ep, id string) error {
 	at := h.clock.Now().Add(holdFor)
-	_, err := h.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.ZAddLT(ctx, h.key(ep), redis.Z{Score: float64(at.UnixMilli()), Member: id})
-		p.SAdd(ctx, h.endpointsKey(), ep)
-		return nil
-	})
-	if err != nil { // cannot park it: look again soon instead
+	if err := h.queue.park(ctx, ep, id, float64(at.UnixMilli()), true); err != nil { // cannot park it: look again soon instead
 		return &RetryAt{At: h.clock.Now().Add(h.interval * 10), Reason: holdFIFO}
 	}
-	h.mu.Lock()
-	h.known[ep] = struct{}{}
-	h.mu.Unlock()
+	h.remember(ep)
 	h.held.WithLabelValues(holdFIFO).Inc()
 	return &RetryAt{At: at, Reason: "held back: waiting for its turn"}
 }
@@ -61,12 +54,7 @@ func (h *holder) waitTurn(ctx context.Context, ep, id string) error {
 // next wake of the endpoint (a holder's pass, in any worker) runs it: its
 // task is moved to pending, or made again if Redis lost it.
 func (q *Queue) promote(ctx context.Context, ep, id string) error {
-	_, err := q.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.ZAdd(ctx, q.heldPrefix()+ep, redis.Z{Score: 0, Member: id})
-		p.SAdd(ctx, q.heldPrefix()+"endpoints", ep)
-		return nil
-	})
-	return err
+	return q.park(ctx, ep, id, 0, false)
 }
 
 // chainFor is how many deliveries of an ordered endpoint's queue one task
@@ -78,8 +66,8 @@ const chainFor = 100
 // its delivery out of it: it makes the new head's attempt itself, on this
 // goroutine, then the next, while each succeeds or dead-letters (no trip
 // through Redis between them), up to chainFor of them and while the task's
-// time leaves room for one more attempt to end within it. The head's own task, parked in the held set, is dropped once
-// its delivery is done. When the chain stops at a delivery that must wait
+// time leaves room for one more attempt to end within it. The head's own
+// task, parked in the held set, is dropped once its delivery is done. When the chain stops at a delivery that must wait
 // (a retry on its schedule, no room at its endpoint, an open circuit), that
 // delivery's task is parked for then; when it stops for the chain's length
 // or time, the head is moved to the front of the held set for the holder to
@@ -103,7 +91,7 @@ func (d *Deliverer) passTurn(ctx context.Context, ep string) {
 		case errors.As(err, &at):
 			// Its task sleeps in the held set until its time: a hold parked
 			// it sooner already (LT keeps the sooner time).
-			d.holder.parkLT(context.WithoutCancel(ctx), ep, id, at.At)
+			d.holder.queue.park(context.WithoutCancel(ctx), ep, id, float64(at.At.UnixMilli()), true)
 			return
 		default:
 			d.wakeHead(context.WithoutCancel(ctx), ep, id)
@@ -134,19 +122,8 @@ func (d *Deliverer) wakeHead(ctx context.Context, ep, id string) {
 			"delivery_id", id, "err", err)
 		return
 	}
-	d.holder.mu.Lock()
-	d.holder.known[ep] = struct{}{}
-	d.holder.mu.Unlock()
+	d.holder.remember(ep)
 	d.holder.wake(ctx, ep)
-}
-
-// parkLT parks task id of ep until at, unless it is parked for sooner.
-func (h *holder) parkLT(ctx context.Context, ep, id string, at time.Time) {
-	h.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.ZAddLT(ctx, h.key(ep), redis.Z{Score: float64(at.UnixMilli()), Member: id})
-		p.SAdd(ctx, h.endpointsKey(), ep)
-		return nil
-	})
 }
 
 // dropScript takes task ARGV[1] out of its endpoint's held set (KEYS[1])

@@ -74,19 +74,37 @@ func (h *holder) hold(ctx context.Context, ep, id string, at time.Time, reason s
 	if err := h.park(ctx, ep, id, at); err != nil { // cannot hold it: try again soon instead
 		return &RetryAt{At: h.clock.Now().Add(time.Second), Reason: reason}
 	}
+	h.remember(ep)
+	h.held.WithLabelValues(reason).Inc()
+	return &RetryAt{At: h.clock.Now().Add(holdFor), Reason: "held back: " + reason}
+}
+
+// remember notes that ep may have held tasks, so a slot freed there
+// wakes them.
+func (h *holder) remember(ep string) {
 	h.mu.Lock()
 	h.known[ep] = struct{}{}
 	h.mu.Unlock()
-	h.held.WithLabelValues(reason).Inc()
-	return &RetryAt{At: h.clock.Now().Add(holdFor), Reason: "held back: " + reason}
 }
 
 // park puts delivery id in ep's sorted set, to be woken at at or when ep
 // has room.
 func (h *holder) park(ctx context.Context, ep, id string, at time.Time) error {
-	_, err := h.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.ZAdd(ctx, h.key(ep), redis.Z{Score: float64(at.UnixMilli()), Member: id})
-		p.SAdd(ctx, h.endpointsKey(), ep)
+	return h.queue.park(ctx, ep, id, float64(at.UnixMilli()), false)
+}
+
+// park puts task id in endpoint ep's held set with score (a time in Unix
+// ms; 0: at the front) and notes ep among the endpoints with held tasks.
+// onlySooner (ZADD LT) leaves a task already parked for sooner as it is.
+func (q *Queue) park(ctx context.Context, ep, id string, score float64, onlySooner bool) error {
+	_, err := q.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		z := redis.Z{Score: score, Member: id}
+		if onlySooner {
+			p.ZAddLT(ctx, q.heldPrefix()+ep, z)
+		} else {
+			p.ZAdd(ctx, q.heldPrefix()+ep, z)
+		}
+		p.SAdd(ctx, q.heldPrefix()+"endpoints", ep)
 		return nil
 	})
 	return err
