@@ -232,8 +232,7 @@ func (d *Deliverer) attempt(ctx context.Context, r Request) (Result, error) {
 	// (its claim read it closed): it waits for the probes too.
 	if !person && !probe && d.circuit.After > 0 && d.gate.circuitOpen(del.EndpointID, d.circuit.After) {
 		slot.release()
-		return d.holdLeased(ctx, r, &l, earliest(now.Add(probeWait(d.circuit.Probes, 0)),
-			del.CreatedAt.Add(d.schedule.Window())), holdCircuit)
+		return d.holdLeased(ctx, r, &l, d.heldUntil(&l, now.Add(probeWait(d.circuit.Probes, 0)), now), holdCircuit)
 	}
 
 	trigger := l.Trigger

@@ -37,11 +37,18 @@ func breakerOutcome(r Response) (counts, ok bool) {
 
 // circuitGate decides an automatic attempt of an endpoint whose circuit is
 // not closed: it may become the probe when the probe is due (takeProbe,
-// once it has its slot); else the delivery waits, without an attempt, for the next probe (or
-// becomes a dead letter once its schedule's whole window has passed since
-// it was accepted). go is true when the attempt goes on.
+// once it has its slot); else the delivery waits, without an attempt, for
+// the next probe. Once its schedule's whole window has passed since it was
+// accepted it becomes a dead letter, but only on the endpoint's word: when
+// the circuit is open and its next probe not yet due, the last probe (or
+// the failures that opened it) failed less than a probe's wait ago. A
+// probe that is due, or overdue because no worker could make it (its
+// PostgreSQL or Redis was down), is made first, by this delivery if it
+// can: webhookd's own outage is no reason to give up on a delivery. goOn
+// is true when the attempt goes on.
 func (d *Deliverer) circuitGate(ctx context.Context, r Request, l *storage.Lease, now time.Time) (res Result, err error, goOn bool) {
-	if now.Sub(l.Delivery.CreatedAt) >= d.schedule.Window() {
+	at := l.Endpoint.ProbeAt
+	if at != nil && at.After(now) && l.Endpoint.Circuit == webhookd.CircuitOpen && now.Sub(l.Delivery.CreatedAt) >= d.schedule.Window() {
 		t := storage.Transition{Status: webhookd.DeliveryDeadLetter, DeadLetterReason: webhookd.ReasonExhausted, Now: now}
 		if _, err := d.record(ctx, storage.Record{Lease: l, Transition: t}); err != nil {
 			return Result{}, err, false
@@ -49,18 +56,29 @@ func (d *Deliverer) circuitGate(ctx context.Context, r Request, l *storage.Lease
 		d.deadLettered(ctx, l, t)
 		return Result{Status: t.Status}, nil, false
 	}
-	if at := l.Endpoint.ProbeAt; at != nil && at.After(now) {
-		// Until the probe, or until its window is over (a dead letter
-		// then). While a probe is in flight its probe_at is only its lease's
-		// end: look again after the first probe's wait, as a failed probe
-		// sets the next one about then (a successful one wakes it at once).
+	if at != nil && at.After(now) {
+		// Until the probe, or until its window is over. While a probe is
+		// in flight its probe_at is only its lease's end: look again after
+		// the first probe's wait, as a failed probe sets the next one about
+		// then (a successful one wakes it at once).
+		next := *at
 		if l.Endpoint.Circuit == webhookd.CircuitProbing {
-			*at = earliest(*at, now.Add(probeWait(d.circuit.Probes, 0)))
+			next = earliest(next, now.Add(probeWait(d.circuit.Probes, 0)))
 		}
-		res, err := d.holdLeased(ctx, r, l, earliest(*at, l.Delivery.CreatedAt.Add(d.schedule.Window())), holdCircuit)
+		res, err := d.holdLeased(ctx, r, l, d.heldUntil(l, next, now), holdCircuit)
 		return res, err, false
 	}
 	return Result{}, nil, true // the probe is due: takeProbe once the attempt has its slot
+}
+
+// heldUntil is when a delivery held by its endpoint's open circuit looks
+// again: at next (the probe's time), or at the end of its window if that
+// comes first and is still ahead.
+func (d *Deliverer) heldUntil(l *storage.Lease, next, now time.Time) time.Time {
+	if end := l.Delivery.CreatedAt.Add(d.schedule.Window()); end.After(now) {
+		return earliest(next, end)
+	}
+	return next
 }
 
 // takeProbe makes an attempt that has its endpoint's slot the probe of its
@@ -82,8 +100,7 @@ func (d *Deliverer) takeProbe(ctx context.Context, r Request, l *storage.Lease, 
 	if err != nil {
 		return Result{}, err, false
 	}
-	res, err = d.holdLeased(ctx, r, l, earliest(now.Add(probeWait(d.circuit.Probes, 0)),
-		l.Delivery.CreatedAt.Add(d.schedule.Window())), holdCircuit)
+	res, err = d.holdLeased(ctx, r, l, d.heldUntil(l, now.Add(probeWait(d.circuit.Probes, 0)), now), holdCircuit)
 	return res, err, false
 }
 

@@ -148,3 +148,59 @@ func logAttempts(t *testing.T, e *env, endpointID string) {
 		t.Logf("attempt %s %s %v", at.Format("15:04:05.000"), id, code)
 	}
 }
+
+// TestCircuitWindowEndsOnTheEndpointsWord: a delivery held by an open
+// circuit past its schedule's window becomes a dead letter only when the
+// endpoint's last probe failed (the next is not yet due); when the probe is
+// overdue because no worker could make it (its PostgreSQL or Redis was
+// down), the delivery is made as the probe instead of given up, and its
+// success closes the circuit.
+func TestCircuitWindowEndsOnTheEndpointsWord(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *dispatcher.Config) {
+		c.Circuit = storage.CircuitConfig{After: 3, Probes: []time.Duration{time.Minute}}
+	})
+	ctx := context.Background()
+	stalled, failed := newReceiver(t, status(204)), newReceiver(t, status(204))
+	epStalled, epFailed := e.endpoint(stalled.URL, nil), e.endpoint(failed.URL, nil)
+	// Both circuits open an hour ago; epStalled's probe has been due for
+	// the whole hour, epFailed's last probe failed just now.
+	for ep, probeAt := range map[string]time.Duration{epStalled.ID: -time.Hour, epFailed.ID: time.Minute} {
+		if _, err := e.db.Pool().Exec(ctx, `UPDATE endpoints SET circuit = 'open', failures = 10,
+			failing_since = now() - interval '1 hour', circuit_opened_at = now() - interval '1 hour',
+			probe_at = now() + $2 * interval '1 millisecond' WHERE id = $1`, ep, probeAt.Milliseconds()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	accepted := time.Now().Add(-time.Hour) // the window (4 s) long over
+	evs, err := e.db.Store().CreateEvents(ctx, e.project.ID, []storage.NewEvent{
+		{Type: "a", Data: json.RawMessage(`{}`), EndpointIDs: []string{epStalled.ID}},
+		{Type: "a", Data: json.RawMessage(`{}`), EndpointIDs: []string{epFailed.ID}}}, accepted, func(int) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var due []webhookd.ScheduledDelivery
+	for _, ev := range evs {
+		for _, d := range ev.Deliveries {
+			due = append(due, webhookd.ScheduledDelivery{ID: d.ID, EndpointID: d.EndpointID, DueAt: time.Now()})
+		}
+	}
+	if err := e.worker.Queue.Enqueue(ctx, due...); err != nil {
+		t.Fatal(err)
+	}
+	made := e.waitStatus(evs[0].Deliveries[0].ID, webhookd.DeliverySucceeded, 15*time.Second)
+	if made.AttemptsCount != 1 || len(stalled.requests()) != 1 {
+		t.Fatalf("overdue probe: %d attempts, %d requests; want the delivery made once as the probe",
+			made.AttemptsCount, len(stalled.requests()))
+	}
+	if got, _ := e.db.Store().GetEndpoint(ctx, e.project.ID, epStalled.ID); got.Circuit != webhookd.CircuitClosed {
+		t.Fatalf("circuit %s after a successful probe", got.Circuit)
+	}
+	dead := e.waitStatus(evs[1].Deliveries[0].ID, webhookd.DeliveryDeadLetter, 15*time.Second)
+	if dead.AttemptsCount != 0 || len(failed.requests()) != 0 {
+		t.Fatalf("failed probe: %d attempts, %d requests; want a dead letter with none", dead.AttemptsCount, len(failed.requests()))
+	}
+	if n := e.count(`SELECT count(*) FROM dead_letters WHERE delivery_id = $1 AND reason = 'exhausted'`, dead.ID); n != 1 {
+		t.Fatalf("%d exhausted dead letters for the delivery held past its window", n)
+	}
+}

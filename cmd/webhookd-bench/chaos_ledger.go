@@ -45,7 +45,8 @@ func (s *chaosSystem) waiting(ctx context.Context) (int, error) {
 type dbDelivery struct {
 	endpoint string // the receiver's name for it
 	status   string
-	reason   string // the dead letter's, if any
+	reason   string    // the dead letter's, if any
+	deadAt   time.Time // when it became one
 }
 
 // dbState is what the ledger reads from PostgreSQL: every event with its
@@ -82,7 +83,7 @@ func (s *chaosSystem) readState(ctx context.Context) (*dbState, error) {
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	rows, err = conn.Query(ctx, `SELECT d.event_id, d.endpoint_id, d.status, coalesce(dl.reason, '')
+	rows, err = conn.Query(ctx, `SELECT d.event_id, d.endpoint_id, d.status, coalesce(dl.reason, ''), coalesce(dl.dead_lettered_at, 'epoch')
 		FROM deliveries d LEFT JOIN dead_letters dl ON dl.delivery_id = d.id WHERE d.event_type NOT LIKE 'webhookd.%'`)
 	if err != nil {
 		return nil, err
@@ -90,7 +91,7 @@ func (s *chaosSystem) readState(ctx context.Context) (*dbState, error) {
 	for rows.Next() {
 		var ev, ep string
 		var d dbDelivery
-		if err := rows.Scan(&ev, &ep, &d.status, &d.reason); err != nil {
+		if err := rows.Scan(&ev, &ep, &d.status, &d.reason, &d.deadAt); err != nil {
 			return nil, err
 		}
 		d.endpoint = s.endpointNames[ep]
@@ -116,6 +117,12 @@ func (s *chaosSystem) readState(ctx context.Context) (*dbState, error) {
 	return st, nil
 }
 
+// circuitWord is how recent an endpoint's refusal must be to explain a
+// delivery its open circuit held past its window and gave up unsent: the
+// soak's probe wait (WEBHOOKD_CIRCUIT_PROBES=1s), a second for the probe's
+// answer to be counted, and two for a loaded machine.
+const circuitWord = 4 * time.Second
+
 // ledger is the soak's verdict on every event: counts, and what failed.
 type chaosLedger struct {
 	Sends, SendsRepeated, KeysMismatched, SendsUnresolved int
@@ -123,6 +130,7 @@ type chaosLedger struct {
 	Deliveries, Delivered, NotRoutedGone                  int
 	DeadLetters                                           map[string]int // by endpoint/reason
 	DeadUnexplained, Lost, NotFinished, Misrouted         int
+	DeadHeldByCircuit                                     int // exhausted unsent, the endpoint refusing just before
 	SucceededUnseen                                       int
 	Duplicates, DuplicatesExplained                       int
 	DuplicatesBy                                          map[string]int // by endpoint
@@ -209,6 +217,14 @@ func checkLedger(load *chaosLoad, recv *chaosReceiver, st *dbState, windows []fa
 				l.DeadLetters[name+"/"+d.reason]++
 				explained := rec.refused > 0 || name == "hanging" && rec.receipts > 0 ||
 					d.reason == "endpoint_disabled" && name == "gone"
+				if !explained && d.reason == "exhausted" &&
+					recv.RefusedBetween(name, d.deadAt.Add(-circuitWord), d.deadAt) {
+					// Held by the endpoint's open circuit past its window
+					// (SPEC §3): given up only while its last probe had
+					// failed, which an answer just before tells.
+					explained = true
+					l.DeadHeldByCircuit++
+				}
 				if !explained {
 					l.DeadUnexplained++
 					example("event %s: dead letter (%s) at %s, which never refused it (%d receipts)", id, d.reason, name, rec.receipts)

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -49,6 +50,7 @@ type chaosReceiver struct {
 	behaviour map[string]chaosBehaviour
 	seen      map[string]map[string]*chaosReceipt // endpoint -> event id -> receipt
 	oks       []time.Time                         // every 2xx answer, in order
+	refusals  map[string][]time.Time              // endpoint -> every other answer, in order
 	rng       *rand.Rand
 }
 
@@ -59,7 +61,8 @@ func startChaosReceiver(goneAfter time.Duration, seed uint64) (*chaosReceiver, e
 	}
 	r := &chaosReceiver{URL: "http://" + ln.Addr().String(), start: time.Now(), goneAfter: goneAfter,
 		behaviour: make(map[string]chaosBehaviour), seen: make(map[string]map[string]*chaosReceipt),
-		rng: rand.New(rand.NewPCG(seed, 21))}
+		refusals: make(map[string][]time.Time),
+		rng:      rand.New(rand.NewPCG(seed, 21))}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /c/{name}", r.serve)
 	r.srv = &http.Server{Handler: mux, MaxHeaderBytes: 1 << 20, IdleTimeout: 10 * time.Minute,
@@ -131,6 +134,7 @@ func (r *chaosReceiver) serve(w http.ResponseWriter, req *http.Request) {
 		r.oks = append(r.oks, now)
 	} else {
 		rec.refused++
+		r.refusals[name] = append(r.refusals[name], time.Now())
 	}
 	r.mu.Unlock()
 	switch status {
@@ -164,6 +168,16 @@ func (r *chaosReceiver) FirstOKAfter(t time.Time) (time.Time, bool) {
 		}
 	}
 	return time.Time{}, false
+}
+
+// RefusedBetween reports whether endpoint name refused any request (of
+// any event) from from to to.
+func (r *chaosReceiver) RefusedBetween(name string, from, to time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	at := r.refusals[name]
+	i, _ := slices.BinarySearchFunc(at, from, time.Time.Compare)
+	return i < len(at) && !at[i].After(to)
 }
 
 // Close ends every request still held, then the server.

@@ -336,6 +336,8 @@ func (r *chaosReport) writeLedger(p func(string, ...any)) {
 	for _, k := range sortedKeys(l.DeadLetters) {
 		p("| dead letters %s | %d |", k, l.DeadLetters[k])
 	}
+	p("| … of them held unsent by an open circuit past their window, the endpoint refusing within %s before | %d |",
+		circuitWord, l.DeadHeldByCircuit)
 	p("| not routed: the 410 endpoint was disabled by then | %d |", l.NotRoutedGone)
 	p("| dead letters for no reason the endpoint gave | %d |", l.DeadUnexplained)
 	p("| **lost** | **%d** |", l.Lost+l.EventsMissing+l.SucceededUnseen)
