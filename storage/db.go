@@ -29,6 +29,8 @@ var migrations embed.FS
 type DB struct {
 	pool *pgxpool.Pool
 	box  *secretBox // nil: secrets stored as they are
+
+	cache endpointCache // the endpoints event requests match, per project
 }
 
 // Config tells Open where PostgreSQL is.

@@ -38,10 +38,16 @@ func (s *Store) CreateEvents(ctx context.Context, projectID string, evs []NewEve
 	}
 	c := &ingestCall{req: IngestRequest{Key: IdempotencyKey{ProjectID: projectID}, Events: evs, Now: now, FieldPrefix: fieldPrefix},
 		k: ikey{project: projectID}}
-	if err := s.db.ingestGroup(ctx, []*ingestCall{c}, 0, func() {}); err != nil {
-		return nil, translate(err, "create events")
+	for range maxGroupTries {
+		c.retry = retryNone
+		if err := s.db.ingestGroup(ctx, []*ingestCall{c}, 0, func() {}); err != nil {
+			return nil, translate(err, "create events")
+		}
+		if c.retry == retryNone {
+			return c.res.Events, c.err
+		}
 	}
-	return c.res.Events, c.err
+	return nil, fmt.Errorf("create events: the endpoints kept changing")
 }
 
 // eventRows are new events, as the columns writeGroupRows takes, and
@@ -113,15 +119,6 @@ func (d *deliveryRows) args() []any {
 	return []any{d.ids, d.projects, d.events, d.endpoints, d.types, d.triggers, d.due, d.fifo}
 }
 
-// matchCandidates reads the endpoints of projects $1 that events can go
-// to: those listed by id ($2), and the active ones subscribed to one of
-// the types $3 or to all (collectEndpointMatches reads the rows).
-const matchCandidates = `
-	SELECT project_id, id, event_types, status = 'active', ordering = 'fifo' FROM endpoints
-	WHERE project_id = ANY($1) AND deleted_at IS NULL
-	AND (id = ANY($2) OR status = 'active' AND (event_types = '{}' OR event_types && $3::text[]))
-	ORDER BY project_id, id`
-
 // endpointMatch is what matching an event to endpoints reads of one.
 type endpointMatch struct {
 	projectID string
@@ -129,14 +126,7 @@ type endpointMatch struct {
 	types     []string
 	active    bool
 	fifo      bool // ordering fifo: its deliveries take a place in its queue
-}
-
-func collectEndpointMatches(rows pgx.Rows) ([]endpointMatch, error) {
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (endpointMatch, error) {
-		var e endpointMatch
-		err := r.Scan(&e.projectID, &e.id, &e.types, &e.active, &e.fifo)
-		return e, err
-	})
+	version   int  // bumped by every change that matters to matching
 }
 
 // matchEndpoints returns, per event, the ids of the endpoints it goes to:

@@ -3,7 +3,7 @@ package storage
 // SetBeforeGroup makes g call f as each group of n requests begins.
 func SetBeforeGroup(g *Ingester, f func(n int)) { g.beforeGroup = f }
 
-// SetAfterOpen makes g call f once each group's first round trip is back.
+// SetAfterOpen makes g call f once each group has sent its round trip.
 func SetAfterOpen(g *Ingester, f func()) { g.afterOpen = f }
 
 // PendingIngests returns how many requests wait for g's next group.

@@ -48,6 +48,9 @@ const (
 	claimed                       // the key is this transaction's: do the work
 	claimStored                   // a complete, live record answers the request
 	claimRaced                    // a record committed as the claim ran: try again at once
+	// A group's request (writeGroupSQL) also finds:
+	claimStale // its project's endpoints changed since they were read: go again
+	claimTaken // an external id of its events is taken: go again, knowing it
 )
 
 // claimResult is the claim of one key, and the record when it is stored.
@@ -103,23 +106,29 @@ func claimArgs(keys []IdempotencyKey, now []time.Time) []any {
 // scanClaims reads claimKeys' rows.
 func (db *DB) scanClaims(rows pgx.Rows) ([]claimResult, error) {
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (claimResult, error) {
-		var (
-			c      claimResult
-			status *int32
-			ctype  *string
-		)
-		if err := r.Scan(&c.state, &c.fingerprint, &status, &ctype, &c.resp.Body); err != nil {
-			return c, err
-		}
-		if c.state != claimStored {
-			return c, nil
-		}
-		c.resp.StatusCode, c.resp.ContentType = int(*status), *ctype
-		if c.resp.Body, c.err = db.box.open(c.resp.Body); c.err != nil {
-			c.err = fmt.Errorf("read idempotency record: %w", c.err)
-		}
-		return c, nil
+		var c claimResult
+		return c, db.scanClaim(r, &c)
 	})
+}
+
+// scanClaim reads a claim from a row of its state, then the record's
+// fingerprint, status, content type and sealed body, then more.
+func (db *DB) scanClaim(r pgx.CollectableRow, c *claimResult, more ...any) error {
+	var (
+		status *int32
+		ctype  *string
+	)
+	if err := r.Scan(append([]any{&c.state, &c.fingerprint, &status, &ctype, &c.resp.Body}, more...)...); err != nil {
+		return err
+	}
+	if c.state != claimStored {
+		return nil
+	}
+	c.resp.StatusCode, c.resp.ContentType = int(*status), *ctype
+	if c.resp.Body, c.err = db.box.open(c.resp.Body); c.err != nil {
+		c.err = fmt.Errorf("read idempotency record: %w", c.err)
+	}
+	return nil
 }
 
 // replay answers a request from its key's stored record: the response, or

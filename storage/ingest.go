@@ -52,7 +52,7 @@ type Ingester struct {
 	mu      sync.Mutex
 	pending []*ingestCall
 	running int  // groups in flight
-	opening bool // a group is in its first round trip
+	opening bool // a group is preparing its round trip
 	// holders are the requests that hold their key in this process: in a
 	// group, or waiting to try again. Another request with the key waits
 	// for the holder's outcome.
@@ -62,7 +62,7 @@ type Ingester struct {
 	warm *warm.Pool // runs the groups, on stacks grown by the ones before
 
 	beforeGroup func(n int) // tests: called as a group of n begins
-	afterOpen   func()      // tests: called once a group's first round trip is back and the next may begin
+	afterOpen   func()      // tests: called once a group has sent its round trip and the next may begin
 }
 
 // NewIngester returns an Ingester running at most parallel groups at once.
@@ -71,8 +71,8 @@ type Ingester struct {
 // gathers every request that arrives meanwhile, and larger groups cost less
 // per request. While many events wait (largeBacklog: batches), groups
 // overlap in a pipeline: the next begins once the one before has made its
-// first round trip (claims, endpoint matches), so its first round trip
-// runs beside the other's second (writes and commit).
+// round trip ready and sent, so one is prepared while the other is in
+// PostgreSQL.
 func (db *DB) NewIngester(parallel int) *Ingester {
 	return &Ingester{db: db, parallel: max(parallel, 1), maxEvents: 2000, holders: map[ikey]*ingestCall{},
 		warm: warm.New(time.Minute)}
@@ -84,10 +84,11 @@ type ikey struct{ project, key string }
 type ingestCall struct {
 	req      IngestRequest
 	k        ikey
-	deadline time.Time     // when its wait ends (Ingest's wait)
-	pause    time.Duration // its last wait for a busy key
-	alone    bool          // it runs in a group of its own: its group failed
-	retry    retryKind     // set by its group: how it tries again
+	deadline time.Time         // when its wait ends (Ingest's wait)
+	pause    time.Duration     // its last wait for a busy key
+	alone    bool              // it runs in a group of its own: its group failed
+	taken    map[string]string // external ids a group found taken → their events
+	retry    retryKind         // set by its group: how it tries again
 	res      IngestResult
 	err      error
 	done     chan struct{}
@@ -105,6 +106,10 @@ const (
 	retryBusy           // its key is held by another transaction: wait a little
 	retryNow            // its key's record committed as the claim ran: read it at once
 )
+
+// maxGroupTries bounds how often CreateEvents tries again a group that
+// met endpoints changing under it.
+const maxGroupTries = 10
 
 // maxGroupRequests bounds the requests of one group.
 const maxGroupRequests = 1000
@@ -180,7 +185,7 @@ func (g *Ingester) leaveLocked(c *ingestCall) {
 
 // startLocked begins a group of what is pending: when none is in flight,
 // or beside those in flight when many events wait (largeBacklog), none is
-// in its first round trip and fewer than parallel are in flight.
+// preparing its round trip and fewer than parallel are in flight.
 func (g *Ingester) startLocked() {
 	if len(g.pending) == 0 || g.running > 0 && (g.opening || g.running >= g.parallel || g.backlogLocked() < largeBacklog) {
 		return
@@ -258,7 +263,7 @@ func (g *Ingester) backlogLocked() int {
 	return n
 }
 
-// run commits group; once its first round trip is back, the next group
+// run commits group; once its round trip is sent, the next group
 // may begin. Then each request is answered, or goes back to wait for a
 // group again: all of a failed group, each alone; a busy key after a
 // pause.
@@ -278,7 +283,7 @@ func (g *Ingester) run(group []*ingestCall) {
 	ctx, cancel := context.WithTimeout(context.Background(), groupTimeout)
 	err := g.db.ingestGroup(ctx, group, groupLockTimeout, opened)
 	cancel()
-	opened() // if the group failed before its first round trip was back
+	opened() // if the group failed before it sent its round trip
 
 	var finished, again []*ingestCall
 	g.mu.Lock()

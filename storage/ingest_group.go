@@ -8,205 +8,287 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/webhookd/webhookd"
 )
 
-// ingestGroup writes a group of event requests in one transaction of two
-// round trips, on one connection, and sets each request's outcome (or its
-// retry). The first round trip begins the transaction, claims every key
-// (claimKeys: a stored record answers its request here), reads the
-// endpoints the events can go to and the external ids taken; the second
-// writes the events and deliveries of the requests that claimed their key,
-// with their responses, and commits. A row lock waited for longer than
-// lockTimeout (0: no limit) fails the group, which then writes nothing.
-// opened is called as the first round trip returns.
+// ingestGroup writes a group of event requests in one round trip, on one
+// connection, and sets each request's outcome (or its retry). It matches
+// the events to the endpoints it holds in memory (endpointCache, read on
+// the pool first where it has none) and renders each request's response
+// as though its key were free; then one statement (writeGroupSQL), the
+// implicit transaction of the batch, claims the keys, writes the events,
+// deliveries and responses of the requests that claimed theirs, and
+// reports what each found. A stored record answers its request then; a
+// busy key, an external id taken meanwhile, or endpoints that changed
+// since they were read send the request back to wait or to go again. A
+// row lock waited for longer than lockTimeout (0: no limit) fails the
+// group, which then writes nothing. opened is called as the round trip
+// is sent.
 func (db *DB) ingestGroup(ctx context.Context, group []*ingestCall, lockTimeout time.Duration, opened func()) error {
-	conn, err := db.pool.Acquire(ctx)
-	if err != nil {
-		opened()
-		return fmt.Errorf("ingest: %w", err)
-	}
-	defer conn.Release() // pgxpool drops a connection still in a transaction
-	if err = db.writeGroup(ctx, conn, group, lockTimeout, opened); err != nil && conn.Conn().PgConn().TxStatus() != 'I' {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		conn.Exec(rctx, "ROLLBACK")
-		cancel()
-	}
-	return err
-}
-
-// batchConn is what writeGroup needs of a connection.
-type batchConn interface {
-	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
-}
-
-func (db *DB) writeGroup(ctx context.Context, conn batchConn, group []*ingestCall, lockTimeout time.Duration, opened func()) error {
-	var (
-		keys               []IdempotencyKey
-		nows               []time.Time
-		projects           []string
-		listed, types      []string
-		extProjects, extID []string
-	)
+	defer opened()
+	var projects []string
 	for _, c := range group {
-		if c.k.key != "" {
-			keys, nows = append(keys, c.req.Key), append(nows, c.req.Now)
-		}
 		if !slices.Contains(projects, c.k.project) {
 			projects = append(projects, c.k.project)
 		}
-		for _, ev := range c.req.Events {
-			listed = append(listed, ev.EndpointIDs...)
-			types = append(types, ev.Type)
-			if ev.ExternalID != nil {
-				extProjects, extID = append(extProjects, c.k.project), append(extID, *ev.ExternalID)
-			}
-		}
 	}
-
-	var (
-		claims []claimResult
-		eps    = map[string][]endpointMatch{} // by project, in id order
-		taken  = map[ikey]string{}            // (project, external id) → event id
-	)
+	eps, err := db.endpoints(ctx, projects)
+	if err != nil {
+		return fmt.Errorf("ingest: read endpoints: %w", err)
+	}
+	w := db.prepareGroup(group, eps)
+	opened() // the next group may gather meanwhile
 	b := &pgx.Batch{}
-	b.Queue("BEGIN")
-	// The statements run generic plans (planSettings).
+	// The statement runs a generic plan (planSettings).
 	b.Queue(`SELECT set_config('lock_timeout', $1, true), `+genericPlans, strconv.FormatInt(lockTimeout.Milliseconds(), 10))
-	if len(keys) > 0 {
-		b.Queue(claimKeys, claimArgs(keys, nows)...).Query(func(rows pgx.Rows) (err error) {
-			claims, err = db.scanClaims(rows)
-			return err
-		})
-	}
-	b.Queue(matchCandidates, projects, listed, types).Query(func(rows pgx.Rows) error {
-		list, err := collectEndpointMatches(rows)
-		for _, e := range list {
-			eps[e.projectID] = append(eps[e.projectID], e)
-		}
+	states := make([]groupState, 0, len(group))
+	b.Queue(writeGroupSQL, w.args()...).Query(func(rows pgx.Rows) error {
+		var err error
+		states, err = db.scanGroupStates(rows)
 		return err
 	})
-	if len(extID) > 0 {
-		b.Queue(`SELECT e.project_id, e.external_id, e.id FROM events e
-			JOIN unnest($1::text[], $2::text[]) AS t(p, x) ON e.project_id = t.p AND e.external_id = t.x`,
-			extProjects, extID).Query(func(rows pgx.Rows) error {
-			var (
-				k  ikey
-				id string
-			)
-			_, err := pgx.ForEachRow(rows, []any{&k.project, &k.key, &id}, func() error { taken[k] = id; return nil })
-			return err
-		})
-	}
-	err := conn.SendBatch(ctx, b).Close()
-	opened()
-	if err != nil {
+	// The batch is one implicit transaction (no BEGIN, no COMMIT): it
+	// commits at the batch's end or, when a statement fails, PostgreSQL
+	// skips the rest and rolls it all back.
+	if err := db.pool.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("ingest: %w", err)
 	}
-
-	var (
-		rows     eventRows
-		rec      storedResponses
-		released struct{ projects, keys []string }
-	)
-	next := 0 // the next claim's index
-	for _, c := range group {
-		if c.k.key != "" {
-			switch claim := claims[next]; claim.state {
-			case claimStored:
-				next++
-				c.res.Response, c.err = claim.replay(c.req.Key)
-				c.res.Replayed = c.err == nil
-				continue
-			case claimBusy:
-				next++
-				c.retry = retryBusy
-				continue
-			case claimRaced:
-				next++
-				c.retry = retryNow
-				continue
+	if len(states) != len(w.calls) {
+		return fmt.Errorf("ingest: %d states for %d requests", len(states), len(w.calls))
+	}
+	var stale []string
+	for i, c := range w.calls {
+		switch st := states[i]; st.state {
+		case claimed:
+			c.res = w.results[i]
+			c.err = w.errs[i]
+		case claimStored:
+			c.res.Response, c.err = st.replay(c.req.Key)
+			c.res.Replayed = c.err == nil
+		case claimBusy:
+			c.retry = retryBusy
+		case claimRaced:
+			c.retry = retryNow
+		case claimStale:
+			c.retry = retryNow
+			if !slices.Contains(stale, c.k.project) {
+				stale = append(stale, c.k.project)
 			}
-			next++
+		case claimTaken:
+			c.retry = retryNow
+			if c.taken == nil {
+				c.taken = map[string]string{}
+			}
+			for j, x := range st.takenExt {
+				c.taken[x] = st.takenIDs[j]
+			}
 		}
-		mark := rows.mark()
-		evs, workErr := rows.write(c, eps[c.k.project], taken)
-		if c.req.Render == nil { // no key: nothing to remember
-			c.res.Events, c.err = evs, workErr
-			noteExternalIDs(c, evs, taken)
-			continue
-		}
-		resp, err := c.req.Render(evs, workErr)
-		if err != nil || !resp.remembered() { // it writes nothing and its key is free again
-			rows.truncate(mark)
-			released.projects, released.keys = append(released.projects, c.k.project), append(released.keys, c.k.key)
-			c.res.Response, c.err = resp, err
-			continue
-		}
-		c.res.Response = resp
-		if workErr == nil {
-			c.res.Events = evs
-			noteExternalIDs(c, evs, taken)
-		}
-		rec.add(c.req.Key, c.req.Now, resp, db.box)
 	}
-
-	b = &pgx.Batch{}
-	args := append(append(append(rows.args(), rows.deliveries.args()...), rec.args()...), released.projects, released.keys)
-	b.Queue(writeGroupRows, args...)
-	var tag pgconn.CommandTag
-	b.Queue("COMMIT").Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
-	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("ingest: %w", err)
+	for _, c := range w.deferred {
+		c.retry = retryNow
 	}
-	if tag.String() != "COMMIT" {
-		return fmt.Errorf("ingest: %w", pgx.ErrTxCommitRollback)
-	}
+	db.forgetEndpoints(stale)
 	return nil
 }
 
-// writeGroupRows writes a group's rows in one statement: its events
-// ($1-$6, eventRows.args), their deliveries ($7-$14, deliveryRows.args;
-// a delivery to an ordered endpoint takes its place in the endpoint's
-// queue, in the order of the rows), the responses of its keys ($15-$22,
-// storedResponses.args: the records are the transaction's own, each found
-// through the key's index) and the release of the keys whose response is
-// not remembered ($23 projects, $24 keys). The deliveries' foreign keys are checked at the statement's end,
+// groupRows are what one group writes, as writeGroupSQL's arguments, and
+// the outcome each request gets if it claims its key.
+type groupRows struct {
+	calls    []*ingestCall // the requests in the statement, in order
+	deferred []*ingestCall // requests that wait for the next group: an external id of an earlier one
+	results  []IngestResult
+	errs     []error
+
+	req struct { // one row per request of calls
+		projects, keys, types []string
+		fps, bodies           [][]byte
+		at, expires           []time.Time
+		remember              []bool
+		codes                 []int32
+	}
+	fresh struct{ projects, digests, listed, types []string }
+	ext   struct {
+		req []int64
+		ids []string
+	}
+	rows   eventRows
+	evReqs []int64 // the request (1-based) of each event row
+}
+
+// prepareGroup matches each request's events to eps and renders its
+// response as though it claims its key.
+func (db *DB) prepareGroup(group []*ingestCall, eps map[string][]endpointMatch) *groupRows {
+	w := &groupRows{}
+	for _, c := range group {
+		for _, ev := range c.req.Events {
+			w.fresh.listed = append(w.fresh.listed, ev.EndpointIDs...)
+			if !slices.Contains(w.fresh.types, ev.Type) {
+				w.fresh.types = append(w.fresh.types, ev.Type)
+			}
+		}
+	}
+	cands := make(map[string][]endpointMatch, len(eps))
+	for p, list := range eps {
+		cands[p] = candidates(list, w.fresh.listed, w.fresh.types)
+		w.fresh.projects, w.fresh.digests = append(w.fresh.projects, p), append(w.fresh.digests, candidateDigest(cands[p]))
+	}
+	exts := map[ikey]bool{} // external ids of the group's earlier requests
+	for _, c := range group {
+		if slices.ContainsFunc(c.req.Events, func(ev NewEvent) bool {
+			return ev.ExternalID != nil && exts[ikey{c.k.project, *ev.ExternalID}]
+		}) {
+			w.deferred = append(w.deferred, c)
+			continue
+		}
+		n := int64(len(w.calls) + 1)
+		mark := w.rows.mark()
+		evs, workErr := w.rows.write(c, cands[c.k.project])
+		res, remember := IngestResult{Events: evs}, false
+		if c.req.Render != nil {
+			var err error
+			res.Response, err = c.req.Render(evs, workErr)
+			remember = err == nil && res.Response.remembered()
+			if workErr != nil || !remember {
+				res.Events = nil
+			}
+			workErr = err
+		}
+		if res.Events == nil {
+			w.rows.truncate(mark)
+		}
+		for i := range res.Events {
+			w.evReqs = append(w.evReqs, n)
+			if x := c.req.Events[i].ExternalID; x != nil {
+				exts[ikey{c.k.project, *x}] = true
+				w.ext.req, w.ext.ids = append(w.ext.req, n), append(w.ext.ids, *x)
+			}
+		}
+		w.calls, w.results, w.errs = append(w.calls, c), append(w.results, res), append(w.errs, workErr)
+		r, k := &w.req, c.req.Key
+		var body []byte
+		if remember {
+			body = db.box.seal(res.Response.Body) // it may hold a secret
+		}
+		r.projects, r.keys, r.remember = append(r.projects, c.k.project), append(r.keys, c.k.key), append(r.remember, remember)
+		r.codes, r.types = append(r.codes, int32(res.Response.StatusCode)), append(r.types, res.Response.ContentType)
+		r.fps, r.bodies = append(r.fps, k.Fingerprint[:]), append(r.bodies, body)
+		r.at, r.expires = append(r.at, c.req.Now), append(r.expires, c.req.Now.Add(k.TTL))
+	}
+	return w
+}
+
+func (w *groupRows) args() []any {
+	r := &w.req
+	args := []any{r.projects, r.keys, r.fps, r.at, r.expires, r.remember, r.codes, r.types, r.bodies,
+		w.fresh.projects, w.fresh.digests, w.fresh.listed, w.fresh.types, w.ext.req, w.ext.ids}
+	args = append(append(args, w.rows.args()...), w.evReqs)
+	return append(args, w.rows.deliveries.args()...)
+}
+
+// groupState is what the statement did with one request: its claim
+// (claimed: it wrote what it rendered, or it has no key), and the external
+// ids found taken with their events (claimTaken).
+type groupState struct {
+	claimResult
+	takenExt, takenIDs []string
+}
+
+func (db *DB) scanGroupStates(rows pgx.Rows) ([]groupState, error) {
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (groupState, error) {
+		var s groupState
+		return s, db.scanClaim(r, &s.claimResult, &s.takenExt, &s.takenIDs)
+	})
+}
+
+// writeGroupSQL writes a group in one statement. $1-$9 are its requests
+// (project, key or "" for none, fingerprint, time, expiry, whether their
+// response is remembered, and that response); $10-$13 the candidates'
+// digests (freshProjects); $14-$15 the external ids of the events to write,
+// by request; $16-$21 the events (eventRows.args) and $22 the request of
+// each; $23-$30 their deliveries (deliveryRows.args). It returns, per
+// request in order, its claimState, the stored record, and the
+// external ids taken with their events.
+//
+// A request is answered by a stored record first; else it writes nothing
+// when its project's endpoints changed or an external id of its events is
+// taken; else it claims its key as claimKeys does (an advisory lock never
+// waited for, then the record, here with its response) and, with the key
+// claimed, its events and deliveries are written. A delivery to an ordered
+// endpoint takes its place in the endpoint's queue, in the order of the
+// rows. The deliveries' foreign keys are checked at the statement's end,
 // when the events are in.
-const writeGroupRows = `
-	WITH ev AS (
+const writeGroupSQL = `
+	WITH req AS MATERIALIZED (
+		SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::timestamptz[], $5::timestamptz[], $6::bool[],
+			$7::int4[], $8::text[], $9::bytea[])
+			WITH ORDINALITY AS r(prj, key, fp, at, expires, remember, code, ctype, body, ord)
+	), stored AS MATERIALIZED (
+		SELECT r.ord, i.fingerprint, i.status_code, i.content_type, i.response_body
+		FROM req r JOIN idempotency_records i ON i.project_id = r.prj AND i.key = r.key
+		WHERE r.key <> '' AND i.status_code IS NOT NULL AND i.expires_at > r.at
+	), fresh AS MATERIALIZED ( -- the projects whose candidates' digest is still the one matched from
+		SELECT t.p FROM unnest($10::text[], $11::text[]) AS t(p, d)
+		WHERE t.d = (SELECT md5(coalesce(string_agg(e.id || ':' || e.version, ',' ORDER BY e.id COLLATE "C"), ''))
+			FROM endpoints e WHERE e.project_id = t.p AND e.deleted_at IS NULL
+				AND (e.id = ANY($12) OR e.status = 'active' AND (e.event_types = '{}' OR e.event_types && $13::text[])))
+	), taken AS MATERIALIZED (
+		SELECT t.req, array_agg(t.x) AS ext, array_agg(e.id) AS ids
+		FROM unnest($14::int8[], $15::text[]) AS t(req, x)
+			JOIN req r ON r.ord = t.req
+			JOIN events e ON e.project_id = r.prj AND e.external_id = t.x
+		GROUP BY t.req
+	), ready AS MATERIALIZED (
+		SELECT r.* FROM req r
+		WHERE r.ord NOT IN (SELECT ord FROM stored) AND r.prj IN (SELECT p FROM fresh)
+			AND r.ord NOT IN (SELECT req FROM taken)
+	), locked AS MATERIALIZED (
+		SELECT r.* FROM ready r
+		WHERE r.key <> '' AND pg_try_advisory_xact_lock(hashtextextended(r.prj || '/' || r.key, 0))
+	), claim AS (
+		INSERT INTO idempotency_records (project_id, key, fingerprint, created_at, expires_at,
+			status_code, content_type, response_body)
+		SELECT prj, key, fp, at, expires, code, ctype, body FROM locked WHERE remember
+		ON CONFLICT (project_id, key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint,
+			status_code = EXCLUDED.status_code, content_type = EXCLUDED.content_type,
+			response_body = EXCLUDED.response_body, created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
+		WHERE idempotency_records.expires_at <= EXCLUDED.created_at
+		RETURNING project_id, key
+	), go AS MATERIALIZED (
+		SELECT ord FROM ready WHERE key = ''
+		UNION ALL SELECT l.ord FROM locked l JOIN claim c ON c.project_id = l.prj AND c.key = l.key
+		UNION ALL SELECT ord FROM locked WHERE NOT remember
+	), ev AS (
 		INSERT INTO events (id, project_id, type, data, external_id, created_at)
 		SELECT id, prj, typ, data::json, ext, at
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[])
-			AS t(id, prj, typ, data, ext, at)
+		FROM unnest($16::text[], $17::text[], $18::text[], $19::text[], $20::text[], $21::timestamptz[], $22::int8[])
+			AS t(id, prj, typ, data, ext, at, req)
+		WHERE t.req IN (SELECT ord FROM go)
+		RETURNING id
 	), dl AS (
 		INSERT INTO deliveries (id, project_id, event_id, endpoint_id, event_type, trigger, status, next_attempt_at, created_at,
 			updated_at, fifo_seq)
 		SELECT id, prj, ev, ep, typ, trig, 'pending', due, due, due, CASE WHEN fifo THEN nextval('deliveries_fifo_seq') END
-		FROM unnest($7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::timestamptz[], $14::bool[])
+		FROM unnest($23::text[], $24::text[], $25::text[], $26::text[], $27::text[], $28::text[], $29::timestamptz[], $30::bool[])
 			WITH ORDINALITY AS t(id, prj, ev, ep, typ, trig, due, fifo, ord)
+		WHERE t.ev IN (SELECT id FROM ev)
 		ORDER BY ord
-	), rec AS (
-		INSERT INTO idempotency_records (project_id, key, fingerprint, created_at, expires_at,
-			status_code, content_type, response_body)
-		SELECT * FROM unnest($15::text[], $16::text[], $17::bytea[], $18::timestamptz[], $19::timestamptz[],
-			$20::int4[], $21::text[], $22::bytea[])
-		ON CONFLICT (project_id, key) DO UPDATE SET status_code = EXCLUDED.status_code,
-			content_type = EXCLUDED.content_type, response_body = EXCLUDED.response_body
-	), released AS (
-		DELETE FROM idempotency_records r USING unnest($23::text[], $24::text[]) AS t(prj, key)
-		WHERE r.project_id = t.prj AND r.key = t.key
 	)
-	SELECT`
+	SELECT CASE WHEN s.ord IS NOT NULL THEN 2 WHEN r.prj NOT IN (SELECT p FROM fresh) THEN 4
+			WHEN tk.req IS NOT NULL THEN 5 WHEN g.ord IS NOT NULL THEN 1 WHEN l.ord IS NOT NULL THEN 3 ELSE 0 END,
+		s.fingerprint, s.status_code, s.content_type, s.response_body, tk.ext, tk.ids
+	FROM req r LEFT JOIN stored s ON s.ord = r.ord
+		LEFT JOIN taken tk ON tk.req = r.ord
+		LEFT JOIN go g ON g.ord = r.ord
+		LEFT JOIN locked l ON l.ord = r.ord
+	ORDER BY r.ord`
 
 // write adds the events of c, which claimed its key, and their deliveries
 // to r, and returns them; or it returns the client error that leaves them
 // unwritten: the body's own (Invalid), an unknown endpoint id, an external
 // id taken before or by an earlier request of the group. eps are the
 // endpoints of c's project that can match.
-func (r *eventRows) write(c *ingestCall, eps []endpointMatch, taken map[ikey]string) ([]webhookd.Event, error) {
+func (r *eventRows) write(c *ingestCall, eps []endpointMatch) ([]webhookd.Event, error) {
 	if c.req.Invalid != nil {
 		return nil, c.req.Invalid
 	}
@@ -218,7 +300,7 @@ func (r *eventRows) write(c *ingestCall, eps []endpointMatch, taken map[ikey]str
 		if ev.ExternalID == nil {
 			continue
 		}
-		if id, ok := taken[ikey{c.k.project, *ev.ExternalID}]; ok {
+		if id, ok := c.taken[*ev.ExternalID]; ok {
 			return nil, &webhookd.Error{Code: webhookd.CodeExternalIDTaken, ExistingID: id,
 				Message: fmt.Sprintf("an event with external_id %q exists already", *ev.ExternalID)}
 		}
@@ -233,15 +315,4 @@ func (r *eventRows) write(c *ingestCall, eps []endpointMatch, taken map[ikey]str
 		}
 	}
 	return r.add(c.k.project, c.req.Events, targets, fifo, c.req.Now), nil
-}
-
-// noteExternalIDs adds the external ids of evs, which c writes, to taken:
-// a later request of the group with one of them gets external_id_taken,
-// as it would once the group commits.
-func noteExternalIDs(c *ingestCall, evs []webhookd.Event, taken map[ikey]string) {
-	for i, ev := range c.req.Events {
-		if ev.ExternalID != nil && i < len(evs) {
-			taken[ikey{c.k.project, *ev.ExternalID}] = evs[i].ID
-		}
-	}
 }
