@@ -87,14 +87,22 @@ func (db *DB) forgetEndpoints(projects []string) {
 // id, and the active ones subscribed to one of the group's types or to all.
 // The group's statement reads the same set (writeGroupSQL's fresh).
 func candidates(eps []endpointMatch, listed, types []string) []endpointMatch {
+	ids, subscribed := setOf(listed), setOf(types)
 	var out []endpointMatch
 	for _, e := range eps {
-		if slices.Contains(listed, e.id) ||
-			e.active && (len(e.types) == 0 || slices.ContainsFunc(e.types, func(t string) bool { return slices.Contains(types, t) })) {
+		if ids[e.id] || e.active && (len(e.types) == 0 || slices.ContainsFunc(e.types, func(t string) bool { return subscribed[t] })) {
 			out = append(out, e)
 		}
 	}
 	return out
+}
+
+func setOf(list []string) map[string]bool {
+	m := make(map[string]bool, len(list))
+	for _, s := range list {
+		m[s] = true
+	}
+	return m
 }
 
 // candidateDigest is the digest writeGroupSQL computes of candidates in id

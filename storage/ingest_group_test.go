@@ -415,7 +415,7 @@ func TestIngesterBeginsTheNextGroupOnceTheFirstIsSent(t *testing.T) {
 }
 
 // TestIngesterRunsSingleEventsOneGroupAtATime: requests of one event each
-// wait for the group in flight to end, not only for its first round trip.
+// wait for the group in flight to end, not only until it has sent its round trip.
 func TestIngesterRunsSingleEventsOneGroupAtATime(t *testing.T) {
 	t.Parallel()
 	db := testenv.DB(t)
