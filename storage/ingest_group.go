@@ -210,11 +210,13 @@ func (db *DB) scanGroupStates(rows pgx.Rows) ([]groupState, error) {
 // request in order, its claimState, the stored record, and the
 // external ids taken with their events.
 //
-// A request is answered by a stored record first; else it writes nothing
-// when its project's endpoints changed or an external id of its events is
-// taken; else it claims its key as claimKeys does (an advisory lock never
-// waited for, then the record, here with its response) and, with the key
-// claimed, its events and deliveries are written. A delivery to an ordered
+// A request writes nothing when its project's endpoints changed or an
+// external id of its events is taken; else it claims its key as claimKeys
+// does (an advisory lock never waited for, then the record, here with its
+// response, over none or an expired one) and, with the key claimed, its
+// events and deliveries are written. A request that did not claim its key
+// is answered by the key's stored record when there is one: only those
+// look it up, so a new key costs one index probe, the insert's. A delivery to an ordered
 // endpoint takes its place in the endpoint's queue, in the order of the
 // rows. The deliveries' foreign keys are checked at the statement's end,
 // when the events are in.
@@ -223,10 +225,6 @@ const writeGroupSQL = `
 		SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::timestamptz[], $5::timestamptz[], $6::bool[],
 			$7::int4[], $8::text[], $9::bytea[])
 			WITH ORDINALITY AS r(prj, key, fp, at, expires, remember, code, ctype, body, ord)
-	), stored AS MATERIALIZED (
-		SELECT r.ord, i.fingerprint, i.status_code, i.content_type, i.response_body
-		FROM req r JOIN idempotency_records i ON i.project_id = r.prj AND i.key = r.key
-		WHERE r.key <> '' AND i.status_code IS NOT NULL AND i.expires_at > r.at
 	), fresh AS MATERIALIZED ( -- the projects whose candidates' digest is still the one matched from
 		SELECT t.p FROM unnest($10::text[], $11::text[]) AS t(p, d)
 		WHERE t.d = (SELECT md5(coalesce(string_agg(e.id || ':' || e.version, ',' ORDER BY e.id COLLATE "C"), ''))
@@ -240,8 +238,7 @@ const writeGroupSQL = `
 		GROUP BY t.req
 	), ready AS MATERIALIZED (
 		SELECT r.* FROM req r
-		WHERE r.ord NOT IN (SELECT ord FROM stored) AND r.prj IN (SELECT p FROM fresh)
-			AND r.ord NOT IN (SELECT req FROM taken)
+		WHERE r.prj IN (SELECT p FROM fresh) AND r.ord NOT IN (SELECT req FROM taken)
 	), locked AS MATERIALIZED (
 		SELECT r.* FROM ready r
 		WHERE r.key <> '' AND pg_try_advisory_xact_lock(hashtextextended(r.prj || '/' || r.key, 0))
@@ -257,7 +254,6 @@ const writeGroupSQL = `
 	), go AS MATERIALIZED (
 		SELECT ord FROM ready WHERE key = ''
 		UNION ALL SELECT l.ord FROM locked l JOIN claim c ON c.project_id = l.prj AND c.key = l.key
-		UNION ALL SELECT ord FROM locked WHERE NOT remember
 	), ev AS (
 		INSERT INTO events (id, project_id, type, data, external_id, created_at)
 		SELECT id, prj, typ, data::json, ext, at
@@ -274,13 +270,17 @@ const writeGroupSQL = `
 		WHERE t.ev IN (SELECT id FROM ev)
 		ORDER BY ord
 	)
-	SELECT CASE WHEN s.ord IS NOT NULL THEN 2 WHEN r.prj NOT IN (SELECT p FROM fresh) THEN 4
-			WHEN tk.req IS NOT NULL THEN 5 WHEN g.ord IS NOT NULL THEN 1 WHEN l.ord IS NOT NULL THEN 3 ELSE 0 END,
+	SELECT CASE WHEN g.ord IS NOT NULL THEN 1 WHEN s.fingerprint IS NOT NULL THEN 2
+			WHEN r.prj NOT IN (SELECT p FROM fresh) THEN 4 WHEN tk.req IS NOT NULL THEN 5
+			WHEN l.ord IS NOT NULL AND NOT r.remember THEN 1 WHEN l.ord IS NOT NULL THEN 3 ELSE 0 END,
 		s.fingerprint, s.status_code, s.content_type, s.response_body, tk.ext, tk.ids
-	FROM req r LEFT JOIN stored s ON s.ord = r.ord
-		LEFT JOIN taken tk ON tk.req = r.ord
+	FROM req r LEFT JOIN taken tk ON tk.req = r.ord
 		LEFT JOIN go g ON g.ord = r.ord
 		LEFT JOIN locked l ON l.ord = r.ord
+		LEFT JOIN LATERAL (SELECT i.fingerprint, i.status_code, i.content_type, i.response_body
+			FROM idempotency_records i
+			WHERE g.ord IS NULL AND r.key <> '' AND i.project_id = r.prj AND i.key = r.key
+				AND i.status_code IS NOT NULL AND i.expires_at > r.at) s ON true
 	ORDER BY r.ord`
 
 // write adds the events of c, which claimed its key, and their deliveries
