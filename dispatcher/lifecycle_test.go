@@ -193,9 +193,11 @@ func TestCircuitWindowEndsOnTheEndpointsWord(t *testing.T) {
 		t.Fatalf("overdue probe: %d attempts, %d requests; want the delivery made once as the probe",
 			made.AttemptsCount, len(stalled.requests()))
 	}
-	if got, _ := e.db.Store().GetEndpoint(ctx, e.project.ID, epStalled.ID); got.Circuit != webhookd.CircuitClosed {
-		t.Fatalf("circuit %s after a successful probe", got.Circuit)
-	}
+	// The attempt's record and the circuit's are written one after the other.
+	waitFor(t, 10*time.Second, "the circuit closed by the successful probe", func() bool {
+		got, _ := e.db.Store().GetEndpoint(ctx, e.project.ID, epStalled.ID)
+		return got.Circuit == webhookd.CircuitClosed
+	})
 	dead := e.waitStatus(evs[1].Deliveries[0].ID, webhookd.DeliveryDeadLetter, 15*time.Second)
 	if dead.AttemptsCount != 0 || len(failed.requests()) != 0 {
 		t.Fatalf("failed probe: %d attempts, %d requests; want a dead letter with none", dead.AttemptsCount, len(failed.requests()))
