@@ -76,7 +76,7 @@ const claimKeys = `
 	), locked AS MATERIALIZED (
 		SELECT r.* FROM r
 		WHERE NOT EXISTS (SELECT 1 FROM stored s WHERE s.ord = r.ord)
-			AND pg_try_advisory_xact_lock(hashtextextended(r.project_id || '/' || r.key, 0))
+			AND ` + lockKey + `
 	), claim AS (
 		INSERT INTO idempotency_records (project_id, key, fingerprint, created_at, expires_at)
 		SELECT project_id, key, fingerprint, created_at, expires_at FROM locked
@@ -92,6 +92,11 @@ const claimKeys = `
 		LEFT JOIN locked l ON l.ord = r.ord
 		LEFT JOIN claim c ON c.project_id = l.project_id AND c.key = l.key
 	ORDER BY r.ord`
+
+// lockKey takes the advisory lock of the key of row r (r.project_id,
+// r.key), never waiting: claimKeys and an event group's claim
+// (writeGroupSQL) take the same one.
+const lockKey = `pg_try_advisory_xact_lock(hashtextextended(r.project_id || '/' || r.key, 0))`
 
 // claimArgs are claimKeys' arguments for keys, all claimed at now.
 func claimArgs(keys []IdempotencyKey, now []time.Time) []any {

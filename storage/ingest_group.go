@@ -100,15 +100,10 @@ type groupRows struct {
 	results  []IngestResult
 	errs     []error
 
-	req struct { // one row per request of calls
-		projects, keys, types []string
-		fps, bodies           [][]byte
-		at, expires           []time.Time
-		remember              []bool
-		codes                 []int32
-	}
-	fresh struct{ projects, digests, listed, types []string }
-	ext   struct {
+	req      storedResponses // one row per request of calls: its response, remembered or not
+	remember []bool          // whether each request's response is remembered
+	fresh    struct{ projects, digests, listed, types []string }
+	ext      struct {
 		req []int64
 		ids []string
 	}
@@ -165,23 +160,15 @@ func (db *DB) prepareGroup(group []*ingestCall, eps map[string][]endpointMatch) 
 			}
 		}
 		w.calls, w.results, w.errs = append(w.calls, c), append(w.results, res), append(w.errs, workErr)
-		r, k := &w.req, c.req.Key
-		var body []byte
-		if remember {
-			body = db.box.seal(res.Response.Body) // it may hold a secret
-		}
-		r.projects, r.keys, r.remember = append(r.projects, c.k.project), append(r.keys, c.k.key), append(r.remember, remember)
-		r.codes, r.types = append(r.codes, int32(res.Response.StatusCode)), append(r.types, res.Response.ContentType)
-		r.fps, r.bodies = append(r.fps, k.Fingerprint[:]), append(r.bodies, body)
-		r.at, r.expires = append(r.at, c.req.Now), append(r.expires, c.req.Now.Add(k.TTL))
+		w.req.add(c.req.Key, c.req.Now, res.Response, db.box)
+		w.remember = append(w.remember, remember)
 	}
 	return w
 }
 
 func (w *groupRows) args() []any {
-	r := &w.req
-	args := []any{r.projects, r.keys, r.fps, r.at, r.expires, r.remember, r.codes, r.types, r.bodies,
-		w.fresh.projects, w.fresh.digests, w.fresh.listed, w.fresh.types, w.ext.req, w.ext.ids}
+	args := append(w.req.args(), w.remember,
+		w.fresh.projects, w.fresh.digests, w.fresh.listed, w.fresh.types, w.ext.req, w.ext.ids)
 	args = append(append(args, w.rows.args()...), w.evReqs)
 	return append(args, w.rows.deliveries.args()...)
 }
@@ -201,10 +188,10 @@ func (db *DB) scanGroupStates(rows pgx.Rows) ([]groupState, error) {
 	})
 }
 
-// writeGroupSQL writes a group in one statement. $1-$9 are its requests
-// (project, key or "" for none, fingerprint, time, expiry, whether their
-// response is remembered, and that response); $10-$13 the candidates'
-// digests (freshProjects); $14-$15 the external ids of the events to write,
+// writeGroupSQL writes a group in one statement. $1-$8 are its requests
+// and their responses (storedResponses.args; key "" for none), $9 whether
+// each response is remembered; $10-$13 the candidates' digests (the fresh
+// CTE); $14-$15 the external ids of the events to write,
 // by request; $16-$21 the events (eventRows.args) and $22 the request of
 // each; $23-$30 their deliveries (deliveryRows.args). It returns, per
 // request in order, its claimState, the stored record, and the
@@ -222,9 +209,9 @@ func (db *DB) scanGroupStates(rows pgx.Rows) ([]groupState, error) {
 // when the events are in.
 const writeGroupSQL = `
 	WITH req AS MATERIALIZED (
-		SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::timestamptz[], $5::timestamptz[], $6::bool[],
-			$7::int4[], $8::text[], $9::bytea[])
-			WITH ORDINALITY AS r(prj, key, fp, at, expires, remember, code, ctype, body, ord)
+		SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::timestamptz[], $5::timestamptz[],
+			$6::int4[], $7::text[], $8::bytea[], $9::bool[])
+			WITH ORDINALITY AS r(project_id, key, fp, at, expires, code, ctype, body, remember, ord)
 	), fresh AS MATERIALIZED ( -- the projects whose candidates' digest is still the one matched from
 		SELECT t.p FROM unnest($10::text[], $11::text[]) AS t(p, d)
 		WHERE t.d = (SELECT md5(coalesce(string_agg(e.id || ':' || e.version, ',' ORDER BY e.id COLLATE "C"), ''))
@@ -234,18 +221,18 @@ const writeGroupSQL = `
 		SELECT t.req, array_agg(t.x) AS ext, array_agg(e.id) AS ids
 		FROM unnest($14::int8[], $15::text[]) AS t(req, x)
 			JOIN req r ON r.ord = t.req
-			JOIN events e ON e.project_id = r.prj AND e.external_id = t.x
+			JOIN events e ON e.project_id = r.project_id AND e.external_id = t.x
 		GROUP BY t.req
 	), ready AS MATERIALIZED (
 		SELECT r.* FROM req r
-		WHERE r.prj IN (SELECT p FROM fresh) AND r.ord NOT IN (SELECT req FROM taken)
+		WHERE r.project_id IN (SELECT p FROM fresh) AND r.ord NOT IN (SELECT req FROM taken)
 	), locked AS MATERIALIZED (
 		SELECT r.* FROM ready r
-		WHERE r.key <> '' AND pg_try_advisory_xact_lock(hashtextextended(r.prj || '/' || r.key, 0))
+		WHERE r.key <> '' AND ` + lockKey + `
 	), claim AS (
 		INSERT INTO idempotency_records (project_id, key, fingerprint, created_at, expires_at,
 			status_code, content_type, response_body)
-		SELECT prj, key, fp, at, expires, code, ctype, body FROM locked WHERE remember
+		SELECT project_id, key, fp, at, expires, code, ctype, body FROM locked WHERE remember
 		ON CONFLICT (project_id, key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint,
 			status_code = EXCLUDED.status_code, content_type = EXCLUDED.content_type,
 			response_body = EXCLUDED.response_body, created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
@@ -253,7 +240,7 @@ const writeGroupSQL = `
 		RETURNING project_id, key
 	), go AS MATERIALIZED (
 		SELECT ord FROM ready WHERE key = ''
-		UNION ALL SELECT l.ord FROM locked l JOIN claim c ON c.project_id = l.prj AND c.key = l.key
+		UNION ALL SELECT l.ord FROM locked l JOIN claim c ON c.project_id = l.project_id AND c.key = l.key
 	), ev AS (
 		INSERT INTO events (id, project_id, type, data, external_id, created_at)
 		SELECT id, prj, typ, data::json, ext, at
@@ -271,7 +258,7 @@ const writeGroupSQL = `
 		ORDER BY ord
 	)
 	SELECT CASE WHEN g.ord IS NOT NULL THEN 1 WHEN s.fingerprint IS NOT NULL THEN 2
-			WHEN r.prj NOT IN (SELECT p FROM fresh) THEN 4 WHEN tk.req IS NOT NULL THEN 5
+			WHEN r.project_id NOT IN (SELECT p FROM fresh) THEN 4 WHEN tk.req IS NOT NULL THEN 5
 			WHEN l.ord IS NOT NULL AND NOT r.remember THEN 1 WHEN l.ord IS NOT NULL THEN 3 ELSE 0 END,
 		s.fingerprint, s.status_code, s.content_type, s.response_body, tk.ext, tk.ids
 	FROM req r LEFT JOIN taken tk ON tk.req = r.ord
@@ -279,7 +266,7 @@ const writeGroupSQL = `
 		LEFT JOIN locked l ON l.ord = r.ord
 		LEFT JOIN LATERAL (SELECT i.fingerprint, i.status_code, i.content_type, i.response_body
 			FROM idempotency_records i
-			WHERE g.ord IS NULL AND r.key <> '' AND i.project_id = r.prj AND i.key = r.key
+			WHERE g.ord IS NULL AND r.key <> '' AND i.project_id = r.project_id AND i.key = r.key
 				AND i.status_code IS NOT NULL AND i.expires_at > r.at) s ON true
 	ORDER BY r.ord`
 
