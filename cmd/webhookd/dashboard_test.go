@@ -329,6 +329,13 @@ func TestDashboardInBrowser(t *testing.T) {
 			t.Fatalf("redeliver without JavaScript: %d %s", resp.Status, resp.URL)
 		}
 		eventually(t, "the receiver gets the redelivery", func() bool { return len(rc.requestIDs("/ok")) == before+1 })
+		// The receiver has the request before its attempt is recorded (the
+		// record follows the response): the next step reads the delivery as
+		// the state Send to inspector must leave unchanged.
+		eventually(t, "the attempt is recorded", func() bool {
+			d := api("GET", "/v1/deliveries/"+okID, "")
+			return len(d["attempts"].([]any)) == before+1
+		})
 		screenshot(t, tab, "redelivered-without-javascript")
 	})
 
