@@ -131,7 +131,10 @@ func fieldPrefixer(batch bool) func(int) string {
 const enqueueDeadline = 2 * time.Second
 
 // enqueue hands new deliveries to the queue. A failure only delays them:
-// they are in PostgreSQL, and the reconciler enqueues what is due.
+// they are in PostgreSQL, and the reconciler enqueues what is due. While
+// Redis does not answer, the gate lets one request a second try (and wait
+// up to enqueueDeadline); the others leave their deliveries to the
+// reconciler at once.
 func (s *Server) enqueue(ctx context.Context, now time.Time, evs []webhookd.Event) {
 	if s.cfg.Enqueuer == nil {
 		return
@@ -145,11 +148,20 @@ func (s *Server) enqueue(ctx context.Context, now time.Time, evs []webhookd.Even
 	if len(due) == 0 {
 		return
 	}
+	if !s.handoff.try(time.Now()) {
+		s.deferred.Add(float64(len(due)))
+		return
+	}
 	ctx, cancel := context.WithTimeout(ctx, enqueueDeadline)
 	defer cancel()
 	if err := s.cfg.Enqueuer.Enqueue(ctx, due...); err != nil {
-		s.log.Warn("enqueue after ingest failed; the reconciler will pick the deliveries up", "deliveries", len(due), "err", err)
+		s.deferred.Add(float64(len(due)))
+		if s.handoff.failed(time.Now()) {
+			s.log.Warn("cannot hand new deliveries to redis; the reconciler will enqueue them", "deliveries", len(due), "err", err)
+		}
+		return
 	}
+	s.handoff.succeeded()
 }
 
 // parseEvent validates one event object; prefix names its place in a batch.

@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"errors"
 	"log/slog"
 	"net"
 	"net/http"
@@ -165,4 +166,63 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	t.Fatalf("no metric %s", name)
 	return 0
+}
+
+// TestHandOffSkipsRedisWhileItIsDown: while the queue cannot take new
+// deliveries, events are still accepted and their deliveries wait in
+// PostgreSQL for the reconciler, but only one request a second tries the
+// queue (the rest would each wait on a dead Redis); the metric counts every
+// delivery left behind, and once the queue takes them again, new
+// deliveries go to it at once.
+func TestHandOffSkipsRedisWhileItIsDown(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{err: errors.New("redis: connection refused")}
+	h := newHarness(t, withEnqueuer(rec))
+	h.createEndpoint(map[string]any{"url": "http://127.0.0.1:9/a"})
+	const n = 30
+	start := time.Now()
+	for i := range n {
+		expectStatus(t, h.do(req{method: "POST", path: "/v1/events", body: eventBody, idem: "down-" + strconv.Itoa(i)}), http.StatusAccepted)
+	}
+	tries := len(h.enqueued(rec))
+	// One try at the start, then at most one per probeInterval (a second).
+	if limit := 2 + int(time.Since(start)/time.Second); tries > limit || tries >= n {
+		t.Fatalf("%d of %d requests tried the queue, want at most %d", tries, n, limit)
+	}
+	if v := metricValue(t, h.registry, "webhookd_api_enqueue_deferred_total"); v != n {
+		t.Fatalf("deferred deliveries metric %v, want %d", v, n)
+	}
+	if c := h.count("deliveries WHERE status = 'pending'"); c != n {
+		t.Fatalf("%d pending deliveries in PostgreSQL, want %d", c, n)
+	}
+	if !h.apis[h.srv].RedisDegraded() {
+		t.Fatal("the server does not report Redis as degraded")
+	}
+
+	rec.mu.Lock()
+	rec.err = nil
+	rec.mu.Unlock()
+	// The next probe (within a second) finds the queue back.
+	deadline := time.Now().Add(5 * time.Second)
+	for i := 0; ; i++ {
+		before := len(h.enqueued(rec))
+		expectStatus(t, h.do(req{method: "POST", path: "/v1/events", body: eventBody, idem: "back-" + strconv.Itoa(i)}), http.StatusAccepted)
+		if len(h.enqueued(rec)) > before {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the hand-off never tried the queue again")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for i := range 3 {
+		before := len(h.enqueued(rec))
+		expectStatus(t, h.do(req{method: "POST", path: "/v1/events", body: eventBody, idem: "after-" + strconv.Itoa(i)}), http.StatusAccepted)
+		if len(h.enqueued(rec)) != before+1 {
+			t.Fatal("a request after the queue came back did not hand its delivery over")
+		}
+	}
+	if h.apis[h.srv].RedisDegraded() {
+		t.Fatal("the server still reports Redis as degraded")
+	}
 }

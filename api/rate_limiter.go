@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-redis/redis_rate/v10"
@@ -25,16 +24,8 @@ type rateLimiter struct {
 	log      *slog.Logger
 	failOpen prometheus.Counter
 	rejected prometheus.Counter
-	down     atomic.Bool
-	lastLog  atomic.Int64 // unix seconds of the last fail-open log line
-	// probeAt is when (unix nanoseconds) Redis may be asked again after a
-	// failure; until then requests fail open at once instead of each
-	// waiting for a dead Redis.
-	probeAt atomic.Int64
+	gate     redisGate
 }
-
-// probeInterval is how often a failing limiter tries Redis again.
-const probeInterval = time.Second
 
 func newRateLimiter(rdb redis.UniversalClient, prefix string, window, timeout time.Duration, log *slog.Logger, reg prometheus.Registerer) (*rateLimiter, error) {
 	l := &rateLimiter{lim: redis_rate.NewLimiter(rdb), prefix: prefix, window: window, timeout: timeout, log: log,
@@ -65,7 +56,7 @@ type rateResult struct {
 
 func (l *rateLimiter) allow(ctx context.Context, key string, perMinute int, now time.Time) rateResult {
 	open := rateResult{allowed: true, limit: perMinute, remaining: perMinute, reset: now.Add(l.window)}
-	if time.Now().UnixNano() < l.probeAt.Load() {
+	if !l.gate.try(time.Now()) {
 		l.failOpen.Inc()
 		return open
 	}
@@ -73,15 +64,13 @@ func (l *rateLimiter) allow(ctx context.Context, key string, perMinute int, now 
 	defer cancel()
 	res, err := l.lim.Allow(ctx, l.prefix+key, redis_rate.Limit{Rate: perMinute, Burst: perMinute, Period: l.window})
 	if err != nil {
-		l.probeAt.Store(time.Now().Add(probeInterval).UnixNano())
-		l.down.Store(true)
 		l.failOpen.Inc()
-		if last := l.lastLog.Load(); now.Unix()-last >= 10 && l.lastLog.CompareAndSwap(last, now.Unix()) {
+		if l.gate.failed(time.Now()) {
 			l.log.Warn("rate limiter cannot reach redis; letting requests through unlimited", "err", err)
 		}
 		return open
 	}
-	l.down.Store(false)
+	l.gate.succeeded()
 	out := rateResult{allowed: res.Allowed > 0, limit: perMinute, remaining: res.Remaining,
 		reset: now.Add(res.ResetAfter)}
 	if !out.allowed {
@@ -90,8 +79,6 @@ func (l *rateLimiter) allow(ctx context.Context, key string, perMinute int, now 
 	}
 	return out
 }
-
-func (l *rateLimiter) degraded() bool { return l.down.Load() }
 
 // setHeaders writes X-RateLimit-Limit, -Remaining and -Reset (Unix seconds,
 // rounded up).

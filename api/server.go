@@ -151,6 +151,13 @@ type Server struct {
 	log     *slog.Logger
 	clock   webhookd.Clock
 	limiter *rateLimiter
+	// handoff stops handing new deliveries to Redis while it does not
+	// take them (redis_gate.go); the limiter has a gate of its own, so
+	// that a limiter call over its short timeout delays no delivery.
+	handoff redisGate
+	// deferred counts new deliveries left to the reconciler because Redis
+	// could not take them.
+	deferred prometheus.Counter
 	// ingester writes event requests, in groups.
 	ingester *storage.Ingester
 	// work counts the requests whose handlers still run, including
@@ -176,7 +183,14 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, db: cfg.DB, log: cfg.Logger, clock: cfg.Clock, mux: http.NewServeMux(), keys: newKeyCache(),
-		schemas: newSchemaCache(), warm: warm.New(time.Minute)}
+		schemas: newSchemaCache(), warm: warm.New(time.Minute),
+		deferred: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "webhookd_api_enqueue_deferred_total",
+			Help: "New deliveries not handed to Redis after their commit (it could not be reached); the reconciler enqueues them.",
+		})}
+	if err := cfg.Metrics.Register(s.deferred); err != nil {
+		return nil, err
+	}
 	var err error
 	if s.limiter, err = newRateLimiter(cfg.Redis, cfg.RateLimitPrefix, cfg.RateLimitWindow, cfg.RedisTimeout, cfg.Logger, cfg.Metrics); err != nil {
 		return nil, err
@@ -217,9 +231,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.handler.ServeHTTP(w, r)
 }
 
-// RedisDegraded reports whether the last limiter call failed to reach Redis
-// (for /readyz).
-func (s *Server) RedisDegraded() bool { return s.limiter.degraded() }
+// RedisDegraded reports whether the limiter's or the hand-off's last call
+// to Redis failed (for /readyz).
+func (s *Server) RedisDegraded() bool { return s.limiter.gate.down() || s.handoff.down() }
 
 func (s *Server) routes() {
 	p := s.cfg.MaxPayloadBytes
