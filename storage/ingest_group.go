@@ -203,10 +203,10 @@ func (db *DB) scanGroupStates(rows pgx.Rows) ([]groupState, error) {
 // response, over none or an expired one) and, with the key claimed, its
 // events and deliveries are written. A request that did not claim its key
 // is answered by the key's stored record when there is one: only those
-// look it up, so a new key costs one index probe, the insert's. A delivery to an ordered
-// endpoint takes its place in the endpoint's queue, in the order of the
-// rows. The deliveries' foreign keys are checked at the statement's end,
-// when the events are in.
+// look it up (stored), so a new key costs one index probe, the insert's.
+// A delivery to an ordered endpoint takes its place in the endpoint's
+// queue, in the order of the rows. The deliveries' foreign keys are
+// checked at the statement's end, when the events are in.
 const writeGroupSQL = `
 	WITH req AS MATERIALIZED (
 		SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::timestamptz[], $5::timestamptz[],
@@ -256,6 +256,11 @@ const writeGroupSQL = `
 			WITH ORDINALITY AS t(id, prj, ev, ep, typ, trig, due, fifo, ord)
 		WHERE t.ev IN (SELECT id FROM ev)
 		ORDER BY ord
+	), stored AS MATERIALIZED (
+		SELECT r.ord, i.fingerprint, i.status_code, i.content_type, i.response_body
+		FROM req r JOIN idempotency_records i ON i.project_id = r.project_id AND i.key = r.key
+		WHERE r.key <> '' AND r.ord NOT IN (SELECT ord FROM go)
+			AND i.status_code IS NOT NULL AND i.expires_at > r.at
 	)
 	SELECT CASE WHEN g.ord IS NOT NULL THEN 1 WHEN s.fingerprint IS NOT NULL THEN 2
 			WHEN r.project_id NOT IN (SELECT p FROM fresh) THEN 4 WHEN tk.req IS NOT NULL THEN 5
@@ -264,10 +269,7 @@ const writeGroupSQL = `
 	FROM req r LEFT JOIN taken tk ON tk.req = r.ord
 		LEFT JOIN go g ON g.ord = r.ord
 		LEFT JOIN locked l ON l.ord = r.ord
-		LEFT JOIN LATERAL (SELECT i.fingerprint, i.status_code, i.content_type, i.response_body
-			FROM idempotency_records i
-			WHERE g.ord IS NULL AND r.key <> '' AND i.project_id = r.project_id AND i.key = r.key
-				AND i.status_code IS NOT NULL AND i.expires_at > r.at) s ON true
+		LEFT JOIN stored s ON s.ord = r.ord
 	ORDER BY r.ord`
 
 // write adds the events of c, which claimed its key, and their deliveries
