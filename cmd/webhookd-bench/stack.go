@@ -26,6 +26,8 @@ type stack struct {
 	client *http.Client // for /readyz and /metrics
 
 	toolCPU time.Duration // the tool's CPU time when webhookd was ready
+	pgPID   int           // the local PostgreSQL server's postmaster; 0: not local
+	pgCPU   time.Duration // its CPU time when webhookd was ready
 }
 
 // startStack prepares a stack and starts webhookd on it with the extra
@@ -113,7 +115,7 @@ func (s *stack) start(ctx context.Context, extra ...string) error {
 		return err
 	}
 	s.api = newAPIClient(s.proc.APIURL, s.key)
-	s.toolCPU = ownCPUTime()
+	s.markCPU(ctx)
 	return nil
 }
 
@@ -168,8 +170,20 @@ func (s *stack) startSplit(ctx context.Context, workers int, extra ...string) er
 		}
 	}
 	s.api = newAPIClient(s.proc.APIURL, s.key)
-	s.toolCPU = ownCPUTime()
+	s.markCPU(ctx)
 	return nil
+}
+
+// markCPU notes the tool's and PostgreSQL's CPU time as webhookd is
+// ready: usage counts from there.
+func (s *stack) markCPU(ctx context.Context) {
+	s.toolCPU = ownCPUTime()
+	if s.pgPID = postmasterPID(ctx, s.db.URL); s.pgPID != 0 {
+		var err error
+		if s.pgCPU, err = serverCPUTime(s.pgPID); err != nil {
+			s.pgPID = 0
+		}
+	}
 }
 
 // processes are the webhookd processes started and not killed on purpose.
@@ -233,9 +247,9 @@ func (s *stack) common(st deliveryStats, refusals target) ([]figure, error) {
 	}, usage...), nil
 }
 
-// usage is webhookd's peak resident set and the CPU time webhookd and the
-// tool have used since webhookd started: the tool shares the CPUs, and this
-// says how much it took. With several webhookd processes, the peak is the
+// usage is webhookd's peak resident set and the CPU time webhookd, the
+// tool and (when it runs here) PostgreSQL have used since webhookd started:
+// they share the CPUs, and this says how much each took. With several webhookd processes, the peak is the
 // largest process's and the CPU time their sum (a killed one's is gone).
 func (s *stack) usage() ([]figure, error) {
 	rss, err := s.peakRSS()
@@ -250,10 +264,15 @@ func (s *stack) usage() ([]figure, error) {
 		}
 		cpu += c
 	}
-	return []figure{rss,
+	figs := []figure{rss,
 		{Name: "webhookd CPU time", Unit: seconds, Value: cpu.Seconds(), Target: info},
 		{Name: "load tool CPU time", Unit: seconds, Value: (ownCPUTime() - s.toolCPU).Seconds(), Target: info},
-	}, nil
+	}
+	// The server's, when it runs here and was not restarted meanwhile.
+	if pg, err := serverCPUTime(s.pgPID); s.pgPID != 0 && err == nil {
+		figs = append(figs, figure{Name: "PostgreSQL CPU time (whole server)", Unit: seconds, Value: (pg - s.pgCPU).Seconds(), Target: info})
+	}
+	return figs, nil
 }
 
 // peakRSS is webhookd's peak resident set (VmHWM) so far: the largest of
