@@ -249,8 +249,9 @@ func (s *stack) common(st deliveryStats, refusals target) ([]figure, error) {
 
 // usage is webhookd's peak resident set and the CPU time webhookd, the
 // tool and (when it runs here) PostgreSQL have used since webhookd started:
-// they share the CPUs, and this says how much each took. With several webhookd processes, the peak is the
-// largest process's and the CPU time their sum (a killed one's is gone).
+// they share the CPUs, and this says how much each took. With several
+// webhookd processes, the peak is the largest process's and the CPU time
+// their sum (a killed one's is gone).
 func (s *stack) usage() ([]figure, error) {
 	rss, err := s.peakRSS()
 	if err != nil {
@@ -269,8 +270,11 @@ func (s *stack) usage() ([]figure, error) {
 		{Name: "load tool CPU time", Unit: seconds, Value: (ownCPUTime() - s.toolCPU).Seconds(), Target: info},
 	}
 	// The server's, when it runs here and was not restarted meanwhile.
-	if pg, err := serverCPUTime(s.pgPID); s.pgPID != 0 && err == nil {
-		figs = append(figs, figure{Name: "PostgreSQL CPU time (whole server)", Unit: seconds, Value: (pg - s.pgCPU).Seconds(), Target: info})
+	if s.pgPID != 0 {
+		if pg, err := serverCPUTime(s.pgPID); err == nil {
+			figs = append(figs, figure{Name: "PostgreSQL CPU time (whole server)", Unit: seconds,
+				Value: (pg - s.pgCPU).Seconds(), Target: info})
+		}
 	}
 	return figs, nil
 }

@@ -121,24 +121,12 @@ func (p *webhookdProcess) PeakRSS() (int64, error) {
 }
 
 // CPUTime is the user and system CPU time the process has used so far.
-// /proc counts it in clock ticks, 100 a second on Linux (USER_HZ).
 func (p *webhookdProcess) CPUTime() (time.Duration, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	st, err := readStat(p.cmd.Process.Pid)
 	if err != nil {
 		return 0, fmt.Errorf("cpu time: %w", err)
 	}
-	// The command name, in parentheses, may hold spaces: count from after it.
-	_, rest, ok := strings.Cut(string(data), ") ")
-	fields := strings.Fields(rest)
-	if !ok || len(fields) < 13 {
-		return 0, errors.New("cpu time: unexpected /proc stat")
-	}
-	utime, err1 := strconv.ParseInt(fields[11], 10, 64) // field 14 of stat
-	stime, err2 := strconv.ParseInt(fields[12], 10, 64) // field 15
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, fmt.Errorf("cpu time: %w", err)
-	}
-	return time.Duration(utime+stime) * (time.Second / 100), nil
+	return st.self, nil
 }
 
 // ownCPUTime is the CPU time the tool itself has used so far.
