@@ -42,10 +42,10 @@ func (db *DB) ingestGroup(ctx context.Context, group []*ingestCall, lockTimeout 
 	b := &pgx.Batch{}
 	// The statement runs a generic plan (planSettings).
 	b.Queue(`SELECT set_config('lock_timeout', $1, true), `+genericPlans, strconv.FormatInt(lockTimeout.Milliseconds(), 10))
-	states := make([]groupState, 0, len(group))
+	var states []groupState
 	b.Queue(writeGroupSQL, w.args()...).Query(func(rows pgx.Rows) error {
 		var err error
-		states, err = db.scanGroupStates(rows)
+		states, err = db.scanGroupStates(rows, w.calls)
 		return err
 	})
 	// The batch is one implicit transaction (no BEGIN, no COMMIT): it
@@ -53,9 +53,6 @@ func (db *DB) ingestGroup(ctx context.Context, group []*ingestCall, lockTimeout 
 	// skips the rest and rolls it all back.
 	if err := db.pool.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("ingest: %w", err)
-	}
-	if len(states) != len(w.calls) {
-		return fmt.Errorf("ingest: %d states for %d requests", len(states), len(w.calls))
 	}
 	var stale []string
 	for i, c := range w.calls {
@@ -109,6 +106,7 @@ type groupRows struct {
 	}
 	rows   eventRows
 	evReqs []int64 // the request (1-based) of each event row
+	dlReqs []int64 // and of each delivery row
 }
 
 // prepareGroup matches each request's events to eps and renders its
@@ -152,6 +150,9 @@ func (db *DB) prepareGroup(group []*ingestCall, eps map[string][]endpointMatch) 
 		if res.Events == nil {
 			w.rows.truncate(mark)
 		}
+		for range len(w.rows.deliveries.ids) - mark.deliveries {
+			w.dlReqs = append(w.dlReqs, n)
+		}
 		for i := range res.Events {
 			w.evReqs = append(w.evReqs, n)
 			if x := c.req.Events[i].ExternalID; x != nil {
@@ -170,7 +171,7 @@ func (w *groupRows) args() []any {
 	args := append(w.req.args(), w.remember,
 		w.fresh.projects, w.fresh.digests, w.fresh.listed, w.fresh.types, w.ext.req, w.ext.ids)
 	args = append(append(args, w.rows.args()...), w.evReqs)
-	return append(args, w.rows.deliveries.args()...)
+	return append(append(args, w.rows.deliveries.args()...), w.dlReqs)
 }
 
 // groupState is what the statement did with one request: its claim
@@ -181,21 +182,88 @@ type groupState struct {
 	takenExt, takenIDs []string
 }
 
-func (db *DB) scanGroupStates(rows pgx.Rows) ([]groupState, error) {
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (groupState, error) {
-		var s groupState
-		return s, db.scanClaim(r, &s.claimResult, &s.takenExt, &s.takenIDs)
+// The kinds of writeGroupSQL's rows.
+const (
+	rowWent      = 1 // the request's key is claimed, or it has none: its rows are written
+	rowStored    = 2 // the key's stored record
+	rowLocked    = 3 // the key's lock was taken, its response is remembered, and it did not claim the key
+	rowUnclaimed = 4 // the key's lock was taken for a response not remembered: nothing is written
+	rowFresh     = 5 // a project whose endpoints are still the ones matched
+	rowTaken     = 6 // an external id of the request's events is taken, by that event
+)
+
+// scanGroupStates reads writeGroupSQL's rows into the state of each
+// request of calls. A request's state is, first to last: claimed when it
+// went; stored when a record answers it; stale when its project's
+// endpoints changed; taken when an external id of its events is; claimed
+// when it took its key's lock for a response not remembered; raced when it
+// took the lock but a record was there first; busy when the lock was held.
+func (db *DB) scanGroupStates(rows pgx.Rows, calls []*ingestCall) ([]groupState, error) {
+	states := make([]groupState, len(calls))
+	locked := make([]claimState, len(calls)) // claimBusy: its lock was held
+	var (
+		fresh []string
+		row   struct {
+			kind                int32
+			ord                 *int64
+			project, ext, event *string
+			fp, body            []byte
+			status              *int32
+			ctype               *string
+		}
+	)
+	_, err := pgx.ForEachRow(rows, []any{&row.kind, &row.ord, &row.project, &row.ext, &row.event,
+		&row.fp, &row.status, &row.ctype, &row.body}, func() error {
+		if row.kind == rowFresh {
+			fresh = append(fresh, *row.project)
+			return nil
+		}
+		if row.ord == nil || *row.ord < 1 || int(*row.ord) > len(calls) {
+			return fmt.Errorf("a row of kind %d for no request", row.kind)
+		}
+		i := *row.ord - 1
+		s := &states[i]
+		switch row.kind {
+		case rowWent:
+			s.state = claimed
+		case rowStored:
+			s.state, s.fingerprint = claimStored, row.fp
+			s.resp = StoredResponse{StatusCode: int(*row.status), ContentType: *row.ctype}
+			if s.resp.Body, s.err = db.box.open(row.body); s.err != nil {
+				s.err = fmt.Errorf("read idempotency record: %w", s.err)
+			}
+		case rowLocked:
+			locked[i] = claimRaced
+		case rowUnclaimed:
+			locked[i] = claimed
+		case rowTaken:
+			s.takenExt, s.takenIDs = append(s.takenExt, *row.ext), append(s.takenIDs, *row.event)
+		}
+		return nil
 	})
+	if err != nil {
+		return nil, err
+	}
+	for i, c := range calls {
+		switch s := &states[i]; {
+		case s.state == claimed || s.state == claimStored:
+		case !slices.Contains(fresh, c.k.project):
+			s.state = claimStale
+		case s.takenExt != nil:
+			s.state = claimTaken
+		default:
+			s.state = locked[i]
+		}
+	}
+	return states, nil
 }
 
 // writeGroupSQL writes a group in one statement. $1-$8 are its requests
 // and their responses (storedResponses.args; key "" for none), $9 whether
 // each response is remembered; $10-$13 the candidates' digests (the fresh
-// CTE); $14-$15 the external ids of the events to write,
-// by request; $16-$21 the events (eventRows.args) and $22 the request of
-// each; $23-$30 their deliveries (deliveryRows.args). It returns, per
-// request in order, its claimState, the stored record, and the
-// external ids taken with their events.
+// CTE); $14-$15 the external ids of the events to write, by request;
+// $16-$21 the events (eventRows.args) and $22 the request of each; $23-$30
+// their deliveries (deliveryRows.args) and $31 the request of each.
 //
 // A request writes nothing when its project's endpoints changed or an
 // external id of its events is taken; else it claims its key as claimKeys
@@ -207,6 +275,15 @@ func (db *DB) scanGroupStates(rows pgx.Rows) ([]groupState, error) {
 // A delivery to an ordered endpoint takes its place in the endpoint's
 // queue, in the order of the rows. The deliveries' foreign keys are
 // checked at the statement's end, when the events are in.
+//
+// It returns rows of what it found, of the kinds scanGroupStates reads
+// (rowWent...): kind, request (1-based), project, external id, event id,
+// and a stored record's fingerprint, status, content type and body, in
+// no order. The statement keeps to scans of its arrays and CTEs, index
+// probes and filters on arrays: a group is small, and every sort or hash
+// table in its plan is memory the server allocates, and faults in, anew
+// on every call (the merge joins this replaced kept PostgreSQL's backends
+// busy in malloc and page faults).
 const writeGroupSQL = `
 	WITH req AS MATERIALIZED (
 		SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::timestamptz[], $5::timestamptz[],
@@ -218,14 +295,12 @@ const writeGroupSQL = `
 			FROM endpoints e WHERE e.project_id = t.p AND e.deleted_at IS NULL
 				AND (e.id = ANY($12) OR e.status = 'active' AND (e.event_types = '{}' OR e.event_types && $13::text[])))
 	), taken AS MATERIALIZED (
-		SELECT t.req, array_agg(t.x) AS ext, array_agg(e.id) AS ids
+		SELECT t.req, t.x, e.id
 		FROM unnest($14::int8[], $15::text[]) AS t(req, x)
-			JOIN req r ON r.ord = t.req
-			JOIN events e ON e.project_id = r.project_id AND e.external_id = t.x
-		GROUP BY t.req
+			JOIN events e ON e.project_id = ($1::text[])[t.req] AND e.external_id = t.x
 	), ready AS MATERIALIZED (
 		SELECT r.* FROM req r
-		WHERE r.project_id IN (SELECT p FROM fresh) AND r.ord NOT IN (SELECT req FROM taken)
+		WHERE r.project_id = ANY (ARRAY(SELECT p FROM fresh)) AND r.ord <> ALL (ARRAY(SELECT req FROM taken))
 	), locked AS MATERIALIZED (
 		SELECT r.* FROM ready r
 		WHERE r.key <> '' AND ` + lockKey + `
@@ -246,31 +321,26 @@ const writeGroupSQL = `
 		SELECT id, prj, typ, data::json, ext, at
 		FROM unnest($16::text[], $17::text[], $18::text[], $19::text[], $20::text[], $21::timestamptz[], $22::int8[])
 			AS t(id, prj, typ, data, ext, at, req)
-		WHERE t.req IN (SELECT ord FROM go)
-		RETURNING id
+		WHERE t.req = ANY (ARRAY(SELECT ord FROM go))
 	), dl AS (
 		INSERT INTO deliveries (id, project_id, event_id, endpoint_id, event_type, trigger, status, next_attempt_at, created_at,
 			updated_at, fifo_seq)
 		SELECT id, prj, ev, ep, typ, trig, 'pending', due, due, due, CASE WHEN fifo THEN nextval('deliveries_fifo_seq') END
-		FROM unnest($23::text[], $24::text[], $25::text[], $26::text[], $27::text[], $28::text[], $29::timestamptz[], $30::bool[])
-			WITH ORDINALITY AS t(id, prj, ev, ep, typ, trig, due, fifo, ord)
-		WHERE t.ev IN (SELECT id FROM ev)
+		FROM unnest($23::text[], $24::text[], $25::text[], $26::text[], $27::text[], $28::text[], $29::timestamptz[], $30::bool[],
+			$31::int8[]) WITH ORDINALITY AS t(id, prj, ev, ep, typ, trig, due, fifo, req, ord)
+		WHERE t.req = ANY (ARRAY(SELECT ord FROM go))
 		ORDER BY ord
-	), stored AS MATERIALIZED (
+	), stored AS (
 		SELECT r.ord, i.fingerprint, i.status_code, i.content_type, i.response_body
 		FROM req r JOIN idempotency_records i ON i.project_id = r.project_id AND i.key = r.key
-		WHERE r.key <> '' AND r.ord NOT IN (SELECT ord FROM go)
+		WHERE r.key <> '' AND r.ord <> ALL (ARRAY(SELECT ord FROM go))
 			AND i.status_code IS NOT NULL AND i.expires_at > r.at
 	)
-	SELECT CASE WHEN g.ord IS NOT NULL THEN 1 WHEN s.fingerprint IS NOT NULL THEN 2
-			WHEN r.project_id NOT IN (SELECT p FROM fresh) THEN 4 WHEN tk.req IS NOT NULL THEN 5
-			WHEN l.ord IS NOT NULL AND NOT r.remember THEN 1 WHEN l.ord IS NOT NULL THEN 3 ELSE 0 END,
-		s.fingerprint, s.status_code, s.content_type, s.response_body, tk.ext, tk.ids
-	FROM req r LEFT JOIN taken tk ON tk.req = r.ord
-		LEFT JOIN go g ON g.ord = r.ord
-		LEFT JOIN locked l ON l.ord = r.ord
-		LEFT JOIN stored s ON s.ord = r.ord
-	ORDER BY r.ord`
+	SELECT 1, ord, NULL::text, NULL::text, NULL::text, NULL::bytea, NULL::int4, NULL::text, NULL::bytea FROM go
+	UNION ALL SELECT 2, ord, NULL, NULL, NULL, fingerprint, status_code, content_type, response_body FROM stored
+	UNION ALL SELECT CASE WHEN remember THEN 3 ELSE 4 END, ord, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM locked
+	UNION ALL SELECT 5, NULL, p, NULL, NULL, NULL, NULL, NULL, NULL FROM fresh
+	UNION ALL SELECT 6, req, NULL, x, id, NULL, NULL, NULL, NULL FROM taken`
 
 // write adds the events of c, which claimed its key, and their deliveries
 // to r, and returns them; or it returns the client error that leaves them
