@@ -108,32 +108,32 @@ func claimArgs(keys []IdempotencyKey, now []time.Time) []any {
 	return []any{projects, names, fps, now, expires}
 }
 
-// scanClaims reads claimKeys' rows.
+// scanClaims reads claimKeys' rows: a claim's state, then the record's
+// fingerprint, status, content type and sealed body.
 func (db *DB) scanClaims(rows pgx.Rows) ([]claimResult, error) {
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (claimResult, error) {
-		var c claimResult
-		return c, db.scanClaim(r, &c)
+		var (
+			c        claimResult
+			fp, body []byte
+			status   *int32
+			ctype    *string
+		)
+		if err := r.Scan(&c.state, &fp, &status, &ctype, &body); err != nil || c.state != claimStored {
+			return c, err
+		}
+		db.setStored(&c, fp, *status, *ctype, body)
+		return c, nil
 	})
 }
 
-// scanClaim reads a claim from a row of its state, then the record's
-// fingerprint, status, content type and sealed body, then more.
-func (db *DB) scanClaim(r pgx.CollectableRow, c *claimResult, more ...any) error {
-	var (
-		status *int32
-		ctype  *string
-	)
-	if err := r.Scan(append([]any{&c.state, &c.fingerprint, &status, &ctype, &c.resp.Body}, more...)...); err != nil {
-		return err
-	}
-	if c.state != claimStored {
-		return nil
-	}
-	c.resp.StatusCode, c.resp.ContentType = int(*status), *ctype
-	if c.resp.Body, c.err = db.box.open(c.resp.Body); c.err != nil {
+// setStored makes c the claim of a key whose record answers the request:
+// its fingerprint, status, content type and sealed body.
+func (db *DB) setStored(c *claimResult, fp []byte, status int32, ctype string, body []byte) {
+	c.state, c.fingerprint = claimStored, fp
+	c.resp = StoredResponse{StatusCode: int(status), ContentType: ctype}
+	if c.resp.Body, c.err = db.box.open(body); c.err != nil {
 		c.err = fmt.Errorf("read idempotency record: %w", c.err)
 	}
-	return nil
 }
 
 // replay answers a request from its key's stored record: the response, or

@@ -227,11 +227,7 @@ func (db *DB) scanGroupStates(rows pgx.Rows, calls []*ingestCall) ([]groupState,
 		case rowWent:
 			s.state = claimed
 		case rowStored:
-			s.state, s.fingerprint = claimStored, row.fp
-			s.resp = StoredResponse{StatusCode: int(*row.status), ContentType: *row.ctype}
-			if s.resp.Body, s.err = db.box.open(row.body); s.err != nil {
-				s.err = fmt.Errorf("read idempotency record: %w", s.err)
-			}
+			db.setStored(&s.claimResult, row.fp, *row.status, *row.ctype, row.body)
 		case rowLocked:
 			locked[i] = claimRaced
 		case rowUnclaimed:
