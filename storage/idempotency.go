@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/webhookd/webhookd"
 )
 
@@ -61,70 +59,37 @@ type claimResult struct {
 	err         error // the stored response could not be decrypted
 }
 
-// claimKeys claims keys ($1 projects, $2 keys, $3 fingerprints, $4 now,
-// $5 expiry) and returns one row per key in their order ($6 = ordinality):
-// its state and, when stored, the record. A record that expired is claimed
-// anew.
-const claimKeys = `
+// claimKey claims one key ($1 project, $2 key, $3 fingerprint, $4 now,
+// $5 expiry) and returns its state and, when stored, the record. A record
+// that expired is claimed anew. The statement joins nothing and sorts
+// nothing (see writeGroupSQL): it is run by every guarded request.
+const claimKey = `
 	WITH r AS (
-		SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::timestamptz[], $5::timestamptz[])
-			WITH ORDINALITY AS r(project_id, key, fingerprint, created_at, expires_at, ord)
+		SELECT $1::text AS project_id, $2::text AS key
 	), stored AS MATERIALIZED (
-		SELECT r.ord, i.fingerprint, i.status_code, i.content_type, i.response_body
-		FROM r JOIN idempotency_records i ON i.project_id = r.project_id AND i.key = r.key
-		WHERE i.status_code IS NOT NULL AND i.expires_at > r.created_at
+		SELECT i.fingerprint, i.status_code, i.content_type, i.response_body
+		FROM idempotency_records i
+		WHERE i.project_id = $1 AND i.key = $2 AND i.status_code IS NOT NULL AND i.expires_at > $4::timestamptz
 	), locked AS MATERIALIZED (
-		SELECT r.* FROM r
-		WHERE NOT EXISTS (SELECT 1 FROM stored s WHERE s.ord = r.ord)
-			AND ` + lockKey + `
+		SELECT r.* FROM r WHERE NOT EXISTS (SELECT FROM stored) AND ` + lockKey + `
 	), claim AS (
 		INSERT INTO idempotency_records (project_id, key, fingerprint, created_at, expires_at)
-		SELECT project_id, key, fingerprint, created_at, expires_at FROM locked
+		SELECT project_id, key, $3::bytea, $4, $5::timestamptz FROM locked
 		ON CONFLICT (project_id, key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint,
 			status_code = NULL, content_type = NULL, response_body = NULL,
 			created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
 		WHERE idempotency_records.expires_at <= EXCLUDED.created_at
-		RETURNING project_id, key
+		RETURNING key
 	)
-	SELECT CASE WHEN s.ord IS NOT NULL THEN 2 WHEN c.key IS NOT NULL THEN 1 WHEN l.ord IS NOT NULL THEN 3 ELSE 0 END,
-		s.fingerprint, s.status_code, s.content_type, s.response_body
-	FROM r LEFT JOIN stored s ON s.ord = r.ord
-		LEFT JOIN locked l ON l.ord = r.ord
-		LEFT JOIN claim c ON c.project_id = l.project_id AND c.key = l.key
-	ORDER BY r.ord`
+	SELECT CASE WHEN EXISTS (SELECT FROM stored) THEN 2 WHEN EXISTS (SELECT FROM claim) THEN 1
+			WHEN EXISTS (SELECT FROM locked) THEN 3 ELSE 0 END,
+		(SELECT fingerprint FROM stored), (SELECT status_code FROM stored), (SELECT content_type FROM stored),
+		(SELECT response_body FROM stored)`
 
 // lockKey takes the advisory lock of the key of row r (r.project_id,
-// r.key), never waiting: claimKeys and an event group's claim
+// r.key), never waiting: claimKey and an event group's claim
 // (writeGroupSQL) take the same one.
 const lockKey = `pg_try_advisory_xact_lock(hashtextextended(r.project_id || '/' || r.key, 0))`
-
-// claimArgs are claimKeys' arguments for keys, all claimed at now.
-func claimArgs(keys []IdempotencyKey, now []time.Time) []any {
-	projects, names, fps := make([]string, len(keys)), make([]string, len(keys)), make([][]byte, len(keys))
-	expires := make([]time.Time, len(keys))
-	for i, k := range keys {
-		projects[i], names[i], fps[i], expires[i] = k.ProjectID, k.Key, k.Fingerprint[:], now[i].Add(k.TTL)
-	}
-	return []any{projects, names, fps, now, expires}
-}
-
-// scanClaims reads claimKeys' rows: a claim's state, then the record's
-// fingerprint, status, content type and sealed body.
-func (db *DB) scanClaims(rows pgx.Rows) ([]claimResult, error) {
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (claimResult, error) {
-		var (
-			c        claimResult
-			fp, body []byte
-			status   *int32
-			ctype    *string
-		)
-		if err := r.Scan(&c.state, &fp, &status, &ctype, &body); err != nil || c.state != claimStored {
-			return c, err
-		}
-		db.setStored(&c, fp, *status, *ctype, body)
-		return c, nil
-	})
-}
 
 // setStored makes c the claim of a key whose record answers the request:
 // its fingerprint, status, content type and sealed body.
@@ -252,15 +217,21 @@ func (db *DB) tryIdempotent(ctx context.Context, k IdempotencyKey, now time.Time
 		return StoredResponse{}, false, fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	rows, err := tx.Query(ctx, claimKeys, claimArgs([]IdempotencyKey{k}, []time.Time{now})...)
+	var (
+		c        claimResult
+		fp, body []byte
+		status   *int32
+		ctype    *string
+	)
+	err = tx.QueryRow(ctx, claimKey, k.ProjectID, k.Key, k.Fingerprint[:], now, now.Add(k.TTL)).
+		Scan(&c.state, &fp, &status, &ctype, &body)
 	if err != nil {
 		return StoredResponse{}, false, fmt.Errorf("claim idempotency key: %w", err)
 	}
-	claims, err := db.scanClaims(rows)
-	if err != nil {
-		return StoredResponse{}, false, fmt.Errorf("claim idempotency key: %w", err)
+	if c.state == claimStored {
+		db.setStored(&c, fp, *status, *ctype, body)
 	}
-	switch c := claims[0]; c.state {
+	switch c.state {
 	case claimStored:
 		resp, err := c.replay(k)
 		return resp, err == nil, err

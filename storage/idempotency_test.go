@@ -130,3 +130,56 @@ func TestIdempotentRepeatWaitsWithoutAConnection(t *testing.T) {
 		t.Fatalf("the waiting repeat held a connection in %d of %d samples", busy, samples)
 	}
 }
+
+// TestIdempotentKeyLifecycle: a guarded request's key is claimed and its
+// work done once; a repeat within the TTL is answered by the record (its
+// work not run), a repeat with another body is a mismatch, and once the
+// record has expired the key is claimed anew and the work runs again.
+func TestIdempotentKeyLifecycle(t *testing.T) {
+	t.Parallel()
+	db := testenv.DB(t)
+	ctx := context.Background()
+	_, p, err := db.Store().CreateAPIKey(ctx, "p", storage.ProjectPlan{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := 0
+	work := func(*storage.Store) (storage.StoredResponse, error) {
+		runs++
+		return storage.StoredResponse{StatusCode: 201, ContentType: "application/json", Body: []byte{'0' + byte(runs)}}, nil
+	}
+	k := storage.IdempotencyKey{ProjectID: p.ID, Key: "k", TTL: time.Hour, Fingerprint: [32]byte{1}}
+	t0 := time.Now()
+	for _, c := range []struct {
+		name         string
+		at           time.Time
+		fp           byte
+		wantBody     string
+		wantReplayed bool
+		wantErr      string
+	}{
+		{"first", t0, 1, "1", false, ""},
+		{"repeat", t0.Add(59 * time.Minute), 1, "1", true, ""},
+		{"other body", t0.Add(59 * time.Minute), 2, "", false, webhookd.CodeIdempotencyKeyMismatch},
+		{"after the TTL", t0.Add(61 * time.Minute), 2, "2", false, ""},
+		{"repeat of the new one", t0.Add(62 * time.Minute), 2, "2", true, ""},
+	} {
+		k.Fingerprint = [32]byte{c.fp}
+		resp, replayed, err := db.WithIdempotency(ctx, k, c.at, time.Second, work)
+		var we *webhookd.Error
+		switch {
+		case c.wantErr != "":
+			if !errors.As(err, &we) || we.Code != c.wantErr {
+				t.Fatalf("%s: err %v, want %s", c.name, err, c.wantErr)
+			}
+		case err != nil:
+			t.Fatalf("%s: %v", c.name, err)
+		case string(resp.Body) != c.wantBody || replayed != c.wantReplayed || resp.StatusCode != 201:
+			t.Fatalf("%s: %d %q replayed %v, want %q replayed %v", c.name, resp.StatusCode, resp.Body, replayed,
+				c.wantBody, c.wantReplayed)
+		}
+	}
+	if runs != 2 {
+		t.Fatalf("the work ran %d times, want 2", runs)
+	}
+}

@@ -262,7 +262,7 @@ func (db *DB) scanGroupStates(rows pgx.Rows, calls []*ingestCall) ([]groupState,
 // their deliveries (deliveryRows.args) and $31 the request of each.
 //
 // A request writes nothing when its project's endpoints changed or an
-// external id of its events is taken; else it claims its key as claimKeys
+// external id of its events is taken; else it claims its key as claimKey
 // does (an advisory lock never waited for, then the record, here with its
 // response, over none or an expired one) and, with the key claimed, its
 // events and deliveries are written. A request that did not claim its key
