@@ -9,22 +9,28 @@ import (
 	"github.com/webhookd/webhookd/storage"
 )
 
+// newProject makes a project (and an API key) and returns its id.
+func newProject(t *testing.T, db *storage.DB) string {
+	t.Helper()
+	_, p, err := db.Store().CreateAPIKey(context.Background(), "p", storage.ProjectPlan{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.ID
+}
+
 // oneEndpoint makes a project with one endpoint and returns the project's
 // id and a function that makes an event at a time, with one delivery to
 // that endpoint, and returns the delivery's id.
 func oneEndpoint(t *testing.T, db *storage.DB) (string, func(at time.Time) string) {
 	t.Helper()
-	ctx, s := context.Background(), db.Store()
-	_, p, err := s.CreateAPIKey(ctx, "p", storage.ProjectPlan{})
-	if err != nil {
+	ctx, s, project := context.Background(), db.Store(), newProject(t, db)
+	if _, err := s.CreateEndpoint(ctx, project, storage.NewEndpoint{URL: "http://127.0.0.1:9/", Secret: "whsec_AAAA"}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.CreateEndpoint(ctx, p.ID, storage.NewEndpoint{URL: "http://127.0.0.1:9/", Secret: "whsec_AAAA"}, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	return p.ID, func(at time.Time) string {
+	return project, func(at time.Time) string {
 		t.Helper()
-		evs, err := s.CreateEvents(ctx, p.ID, []storage.NewEvent{{Type: "a", Data: json.RawMessage("1")}}, at,
+		evs, err := s.CreateEvents(ctx, project, []storage.NewEvent{{Type: "a", Data: json.RawMessage("1")}}, at,
 			func(int) string { return "" })
 		if err != nil {
 			t.Fatal(err)

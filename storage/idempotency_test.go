@@ -19,13 +19,10 @@ func TestIdempotencyLeavesNoTransactionOpen(t *testing.T) {
 	t.Parallel()
 	db := testenv.DB(t)
 	ctx := context.Background()
-	_, p, err := db.Store().CreateAPIKey(ctx, "p", storage.ProjectPlan{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	project := newProject(t, db)
 	now := time.Now()
 	key := func(name string, body byte) storage.IdempotencyKey {
-		return storage.IdempotencyKey{ProjectID: p.ID, Key: name, TTL: time.Hour, Fingerprint: [32]byte{body}}
+		return storage.IdempotencyKey{ProjectID: project, Key: name, TTL: time.Hour, Fingerprint: [32]byte{body}}
 	}
 	answer := func(status int, err error) func(*storage.Store) (storage.StoredResponse, error) {
 		return func(*storage.Store) (storage.StoredResponse, error) {
@@ -71,11 +68,8 @@ func TestIdempotentRepeatWaitsWithoutAConnection(t *testing.T) {
 	t.Parallel()
 	db := testenv.DB(t)
 	ctx := context.Background()
-	_, p, err := db.Store().CreateAPIKey(ctx, "p", storage.ProjectPlan{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	k := storage.IdempotencyKey{ProjectID: p.ID, Key: "slow", TTL: time.Hour, Fingerprint: [32]byte{1}}
+	project := newProject(t, db)
+	k := storage.IdempotencyKey{ProjectID: project, Key: "slow", TTL: time.Hour, Fingerprint: [32]byte{1}}
 	inside, release := make(chan struct{}), make(chan struct{})
 	first := make(chan error, 1)
 	go func() {
@@ -139,16 +133,13 @@ func TestIdempotentKeyLifecycle(t *testing.T) {
 	t.Parallel()
 	db := testenv.DB(t)
 	ctx := context.Background()
-	_, p, err := db.Store().CreateAPIKey(ctx, "p", storage.ProjectPlan{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	project := newProject(t, db)
 	runs := 0
 	work := func(*storage.Store) (storage.StoredResponse, error) {
 		runs++
 		return storage.StoredResponse{StatusCode: 201, ContentType: "application/json", Body: []byte{'0' + byte(runs)}}, nil
 	}
-	k := storage.IdempotencyKey{ProjectID: p.ID, Key: "k", TTL: time.Hour, Fingerprint: [32]byte{1}}
+	k := storage.IdempotencyKey{ProjectID: project, Key: "k", TTL: time.Hour, Fingerprint: [32]byte{1}}
 	t0 := time.Now()
 	for _, c := range []struct {
 		name         string
