@@ -237,6 +237,48 @@ func TestIngesterAnswersRepeatsInTheGroup(t *testing.T) {
 	}
 }
 
+// TestIngesterGroupClaimsExpiredAndForgets5xx: in one group, a key whose
+// record has expired is claimed anew (its work done, not replayed), and a
+// request answered 503 gets its answer, writes nothing and leaves its key
+// free for the next try (SPEC §2: 5xx is not remembered).
+func TestIngesterGroupClaimsExpiredAndForgets5xx(t *testing.T) {
+	t.Parallel()
+	db := testenv.DB(t)
+	p, _ := ingestProject(t, db)
+	stale := ingestRequest(p, "stale", numberedEvent(1))
+	stale.Now = time.Now().Add(-2 * time.Hour) // its record expired an hour ago
+	if o := ingest(db.NewIngester(1), stale, time.Second); o.err != nil || o.resp.StatusCode != 202 {
+		t.Fatalf("first: %+v", o)
+	}
+	again := ingestRequest(p, "stale", numberedEvent(2))
+	again.Key.Fingerprint = [32]byte{42} // another body: a live record would answer it with a mismatch
+	down := ingestRequest(p, "down", numberedEvent(3))
+	down.Render = func([]webhookd.Event, error) (storage.StoredResponse, error) {
+		return storage.StoredResponse{StatusCode: 503, ContentType: "application/json", Body: []byte(`{}`)}, nil
+	}
+	_, out := groupOf(t, db, []storage.IngestRequest{ingestRequest(p, "lead", numberedEvent(0)), again, down})
+	if o := out[1]; o.err != nil || o.resp.StatusCode != 202 || o.replayed || len(o.evs) != 1 {
+		t.Fatalf("expired key: %+v, want its own 202", o)
+	}
+	if o := out[2]; o.err != nil || o.resp.StatusCode != 503 || o.evs != nil {
+		t.Fatalf("503: %+v", o)
+	}
+	if n := count(t, db, `SELECT count(*) FROM events`); n != 3 { // stale's first, lead, stale's second
+		t.Fatalf("%d events, want 3", n)
+	}
+	if n := count(t, db, `SELECT count(*) FROM idempotency_records WHERE key = 'down'`); n != 0 {
+		t.Fatal("the 503 was remembered")
+	}
+	if n := count(t, db, `SELECT count(*) FROM idempotency_records WHERE key = 'stale' AND fingerprint = $1`,
+		again.Key.Fingerprint[:]); n != 1 {
+		t.Fatal("the expired record was not replaced")
+	}
+	retry := ingestRequest(p, "down", numberedEvent(3))
+	if o := ingest(db.NewIngester(1), retry, time.Second); o.err != nil || o.resp.StatusCode != 202 || o.replayed {
+		t.Fatalf("retry after the 503: %+v", o)
+	}
+}
+
 // holdKey claims key of project p in a transaction of its own, as another
 // process's request still running would, until the returned function is
 // called with the response to commit (nil: roll back).
