@@ -143,14 +143,18 @@ type DeliveryRef struct {
 
 // Delivery is one event × endpoint pair and where it stands.
 type Delivery struct {
-	ID             string
-	ProjectID      string
-	EventID        string
-	EndpointID     string
-	EventType      string
-	Status         string
-	AttemptsCount  int
-	NextAttemptAt  *time.Time
+	ID            string
+	ProjectID     string
+	EventID       string
+	EndpointID    string
+	EventType     string
+	Status        string
+	AttemptsCount int
+	NextAttemptAt *time.Time
+	// WaitingReason says why a delivery that is not done waits until
+	// NextAttemptAt: schedule, endpoint_busy, rate_limit, circuit_open or
+	// fifo_turn; "" while nothing holds it back.
+	WaitingReason  string
 	LastStatusCode *int
 	LastError      *string
 	CreatedAt      time.Time

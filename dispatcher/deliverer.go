@@ -84,6 +84,8 @@ type Result struct {
 	// turn is the ordered endpoint whose queue this attempt moved on (its
 	// delivery left the queue): the next delivery's turn has come.
 	turn string
+	// unrecorded: the attempt's record found its lease taken.
+	unrecorded bool
 }
 
 // Request names the attempt to make.
@@ -119,11 +121,23 @@ func (r Request) taskID() string {
 	return r.DeliveryID
 }
 
-func (r Request) mode() storage.ClaimMode {
+// kind is the kind of attempt asked for; a test event's is known only from
+// its delivery (Deliverer.facts).
+func (r Request) kind() Kind {
 	switch {
 	case r.Replay:
-		return storage.ClaimReplay
+		return KindReplay
 	case r.Manual:
+		return KindManual
+	}
+	return KindAuto
+}
+
+func (r Request) mode() storage.ClaimMode {
+	switch r.kind() {
+	case KindReplay:
+		return storage.ClaimReplay
+	case KindManual:
 		return storage.ClaimManual
 	}
 	return storage.ClaimAuto
@@ -133,13 +147,14 @@ func (r Request) mode() storage.ClaimMode {
 // queue should come back later (the schedule, a Retry-After, an endpoint
 // with no room, or another attempt holding the delivery).
 //
-// Every attempt, automatic, test, manual or replay, takes a slot of its
-// endpoint's in-flight cap, so that no kind of attempt can fill the
-// worker's slots with one slow endpoint's requests. One that finds no room
-// is held back without spending an attempt: a task in the holder, a
-// manual one with its redelivery request still recorded; a replay, which
-// waits in its job's goroutine and not in a worker slot, waits for room
-// in the gate.
+// Whether the attempt is made is Decide's answer, from what the claim read
+// in PostgreSQL. Every attempt that is made, automatic, test, manual or
+// replay, takes a slot of its endpoint's in-flight cap, so that no kind of
+// attempt can fill the worker's slots with one slow endpoint's requests.
+// One that finds no room is held back without spending an attempt: a task
+// in the holder, a manual one with its redelivery request still recorded;
+// a replay, which waits in its job's goroutine and not in a worker slot,
+// waits for room in the gate.
 func (d *Deliverer) Attempt(ctx context.Context, r Request) (Result, error) {
 	res, err := d.attempt(ctx, r)
 	if res.turn != "" {
@@ -149,7 +164,7 @@ func (d *Deliverer) Attempt(ctx context.Context, r Request) (Result, error) {
 }
 
 func (d *Deliverer) attempt(ctx context.Context, r Request) (Result, error) {
-	auto := r.mode() == storage.ClaimAuto
+	auto := r.kind() == KindAuto
 	rateChecked := false
 	// The endpoint's cap counts requests in flight: a slot is held from
 	// acquire (or await) until the response is in.
@@ -170,56 +185,60 @@ func (d *Deliverer) attempt(ctx context.Context, r Request) (Result, error) {
 		slot = endpointSlot{gate: d.gate, ep: r.EndpointID}
 	default:
 		if !d.gate.admit(r.EndpointID) {
-			return Result{}, d.holder.hold(ctx, r.EndpointID, r.taskID(), d.clock.Now(), holdInFlightCap)
+			return Result{}, d.holder.hold(ctx, r.EndpointID, r.taskID(), d.clock.Now(), WaitEndpointBusy)
 		}
 		admitted = true
 		if rate, ok := d.gate.rate(r.EndpointID); ok && auto { // known from an earlier claim: no database work if held back
 			rateChecked = true
 			if at, ok := d.allowed(ctx, r.EndpointID, rate); !ok {
-				return Result{}, d.holder.hold(ctx, r.EndpointID, r.taskID(), at, holdRateLimit)
+				return Result{}, d.holder.hold(ctx, r.EndpointID, r.taskID(), at, WaitRateLimit)
 			}
 		}
 	}
-	now, claimed := d.clock.Now(), time.Now()
 	l, err := d.claim(ctx, r, storage.Claim{DeliveryID: r.DeliveryID, Token: storage.NewRequestID(), Mode: r.mode(),
 		RequestID: r.RequestID, Worker: d.worker})
-	switch {
-	case err != nil:
+	if err != nil {
 		return Result{}, err
-	case !l.Found:
-		return Result{}, nil // purged: nothing to do
 	}
-	d.gate.learn(l.Delivery.EndpointID, l.MaxInFlight, l.Endpoint.RateLimitPerSecond)
-	d.gate.markCircuit(l.Delivery.EndpointID, l.Endpoint.Circuit != webhookd.CircuitClosed, l.Failures, claimed)
-	if !l.Held {
-		return d.notHeld(ctx, r, &l, now)
+	now := l.Now
+	if l.Found {
+		d.gate.learn(l.Delivery.EndpointID, l.MaxInFlight, l.Endpoint.RateLimitPerSecond)
+		d.gate.markCircuit(l.Delivery.EndpointID, l.Endpoint.Circuit != webhookd.CircuitClosed, now)
 	}
+	act := Decide(d.facts(r, &l, now))
 	del := l.Delivery
-	if l.EndpointDeleted || l.Endpoint.Status != webhookd.EndpointActive {
-		return d.endpointDisabled(ctx, r, &l, now)
-	}
-	// A person's attempt (manual, replay, test event) is never held by the
-	// breaker: it goes at once, and counts as a probe.
-	person, probe := !auto || l.Trigger == webhookd.TriggerTest, false
-	if !person && d.circuit.After > 0 && l.Endpoint.Circuit != webhookd.CircuitClosed {
-		res, err, goOn := d.circuitGate(ctx, r, &l, now)
-		if !goOn {
-			return res, err
+	switch act.Verdict {
+	case Skip:
+		return Result{Status: del.Status, Skipped: act.Skipped}, nil
+	case Later:
+		return Result{Status: del.Status}, &RetryAt{At: act.At, Reason: "not due, or another attempt holds it"}
+	case Wait:
+		return d.wait(ctx, r, &l, act)
+	case DeadLetter:
+		return d.finish(ctx, r, &l, nil, storage.Transition{Status: webhookd.DeliveryDeadLetter,
+			DeadLetterReason: act.Reason, Now: now})
+	case Refuse:
+		t := storage.Transition{Status: del.Status, NextAttemptAt: del.NextAttemptAt, ManualDone: r.Manual && !r.Replay, Now: now}
+		if _, err := d.record(ctx, storage.Record{Lease: &l, Transition: t}); err != nil {
+			return Result{}, err
 		}
-		probe = true
+		d.log.Info("manual attempt not made: the endpoint is disabled", "delivery_id", del.ID,
+			"endpoint_id", del.EndpointID, "by", r.By)
+		return Result{Status: del.Status}, ErrEndpointDisabled
 	}
+	probe := act.Verdict == Probe
 	if auto && !rateChecked && l.Endpoint.RateLimitPerSecond != nil {
 		if at, ok := d.allowed(ctx, del.EndpointID, *l.Endpoint.RateLimitPerSecond); !ok {
-			return d.holdLeased(ctx, r, &l, at, holdRateLimit)
+			return d.holdLeased(ctx, r, &l, at, WaitRateLimit)
 		}
 	}
 	if slot.gate == nil {
 		if !admitted && !d.gate.admit(del.EndpointID) { // a task that did not name its endpoint
-			return d.holdLeased(ctx, r, &l, now, holdInFlightCap)
+			return d.holdLeased(ctx, r, &l, now, WaitEndpointBusy)
 		}
 		admitted = false // acquire ends the admission either way
 		if !d.gate.acquire(ctx, del.EndpointID) {
-			return d.holdLeased(ctx, r, &l, now, holdInFlightCap)
+			return d.holdLeased(ctx, r, &l, now, WaitEndpointBusy)
 		}
 		slot = endpointSlot{gate: d.gate, ep: del.EndpointID}
 	}
@@ -229,12 +248,20 @@ func (d *Deliverer) attempt(ctx context.Context, r Request) (Result, error) {
 		}
 	}
 	// The circuit may have opened while this attempt waited for its slot
-	// (its claim read it closed): it waits for the probes too.
-	if !person && !probe && d.circuit.After > 0 && d.gate.circuitOpen(del.EndpointID, d.circuit.After) {
+	// (its claim read it closed; this process has since recorded the
+	// failure that opened it): it waits for the probe too.
+	if auto && !probe && d.circuit.After > 0 && d.gate.circuitOpen(del.EndpointID) {
 		slot.release()
-		return d.holdLeased(ctx, r, &l, d.heldUntil(&l, now.Add(probeWait(d.circuit.Probes, 0)), now), holdCircuit)
+		return d.holdLeased(ctx, r, &l, d.circuitWait(&l, now), WaitCircuitOpen)
 	}
+	return d.send(ctx, r, &l, &slot, probe)
+}
 
+// send makes the request of a claimed delivery whose endpoint had room,
+// records it with the delivery's next state, and counts it for the
+// endpoint's breaker.
+func (d *Deliverer) send(ctx context.Context, r Request, l *storage.Lease, slot *endpointSlot, probe bool) (Result, error) {
+	auto, del := r.kind() == KindAuto, l.Delivery
 	trigger := l.Trigger
 	if !auto {
 		trigger = webhookd.TriggerManual
@@ -243,7 +270,7 @@ func (d *Deliverer) attempt(ctx context.Context, r Request) (Result, error) {
 	// attempt that was sent is always recorded, bounded by attemptTimeout.
 	sendCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.attemptTimeout)
 	slot.start = time.Now()
-	a, resp := d.send(sendCtx, &l, trigger)
+	a, resp := d.request(sendCtx, l, trigger)
 	cancel()
 	if l.SecretErr == nil { // unsent: it says nothing of the endpoint
 		slot.sig = signalOf(resp)
@@ -254,33 +281,71 @@ func (d *Deliverer) attempt(ctx context.Context, r Request) (Result, error) {
 	t := transition(del.Status, del.NextAttemptAt, !auto, out, r.By, end)
 	t.ManualDone = r.mode() == storage.ClaimManual
 	t.Auto = auto
-	applied, err := d.record(ctx, storage.Record{Lease: &l, Attempt: &a, Transition: t})
-	if err != nil {
-		return Result{}, fmt.Errorf("record attempt of %s: %w", del.ID, err)
-	}
-	if !applied { // the lease ran out and another attempt took the delivery
-		d.log.Warn("attempt not recorded: its lease ran out", "delivery_id", del.ID, "request_id", a.RequestID,
-			"status_code", orNil(a.StatusCode), "duration_ms", a.DurationMS)
-		return Result{Attempted: true, Status: del.Status}, nil
+	res, err := d.finish(ctx, r, l, &a, t)
+	if err != nil || !res.Attempted {
+		return res, err
 	}
 	d.metrics.observe(a, t.Status)
 	if l.SecretErr == nil {
-		d.countForBreaker(ctx, &l, resp, end)
-	}
-	if t.Status == webhookd.DeliveryDeadLetter && del.Status != webhookd.DeliveryDeadLetter {
-		d.deadLettered(ctx, &l, t)
+		d.countForBreaker(ctx, l, resp, end, probe)
 	}
 	d.log.Info("delivery attempt", "delivery_id", del.ID, "event_id", del.EventID, "endpoint_id", del.EndpointID,
 		"attempt", a.Number, "trigger", trigger, "request_id", a.RequestID, "status_code", orNil(a.StatusCode),
 		"error", orNil(a.Error), "duration_ms", a.DurationMS, "outcome", t.Status)
-	res := Result{Attempted: true, Status: t.Status, Succeeded: out.Status == webhookd.DeliverySucceeded}
-	if leftQueue(&l, t) {
-		res.turn = del.EndpointID
-	}
+	res.Succeeded = out.Status == webhookd.DeliverySucceeded
 	if auto && t.Status == webhookd.DeliveryRetrying {
 		return res, &RetryAt{At: *t.NextAttemptAt, Reason: "retry on schedule"}
 	}
 	return res, nil
+}
+
+// finish records how a claimed delivery's attempt ended (a, or none) and
+// the state it moves to, on every way an attempt ends: a delivery that
+// left its ordered endpoint's queue passes the turn (Result.turn), and one
+// that became a dead letter tells of it.
+func (d *Deliverer) finish(ctx context.Context, r Request, l *storage.Lease, a *webhookd.Attempt, t storage.Transition) (Result, error) {
+	del := l.Delivery
+	applied, err := d.record(ctx, storage.Record{Lease: l, Attempt: a, Transition: t})
+	if err != nil {
+		return Result{}, fmt.Errorf("record attempt of %s: %w", del.ID, err)
+	}
+	if !applied { // the lease ran out and another attempt took the delivery
+		if a != nil {
+			d.log.Warn("attempt not recorded: its lease ran out", "delivery_id", del.ID, "request_id", a.RequestID,
+				"status_code", orNil(a.StatusCode), "duration_ms", a.DurationMS)
+		}
+		return Result{Attempted: a != nil, Status: del.Status, unrecorded: true}, nil
+	}
+	if t.Status == webhookd.DeliveryDeadLetter && del.Status != webhookd.DeliveryDeadLetter {
+		d.deadLettered(ctx, l, t)
+	}
+	res := Result{Attempted: a != nil, Status: t.Status}
+	if leftQueue(l, t) {
+		res.turn = del.EndpointID
+	}
+	return res, nil
+}
+
+// wait carries out Decide's Wait: a delivery behind others in its ordered
+// queue waits for its turn; a manual attempt of one is served by making it
+// due at once (its turn brings the attempt); else the lease is given up
+// and the delivery waits until the time decided.
+func (d *Deliverer) wait(ctx context.Context, r Request, l *storage.Lease, act Action) (Result, error) {
+	del := l.Delivery
+	switch {
+	case !l.Held:
+		return Result{Status: del.Status, HeldFor: del.EndpointID}, d.holder.waitTurn(ctx, del.EndpointID, r.taskID())
+	case act.Served:
+		at := act.At
+		t := storage.Transition{Status: del.Status, NextAttemptAt: &at, ManualDone: true, Waiting: WaitFIFOTurn, Now: act.At}
+		if _, err := d.finish(ctx, r, l, nil, t); err != nil {
+			return Result{}, err
+		}
+		d.log.Info("manual attempt waits for its turn in the ordered queue", "delivery_id", del.ID,
+			"endpoint_id", del.EndpointID, "by", r.By)
+		return Result{Status: del.Status}, nil
+	}
+	return d.holdLeased(ctx, r, l, act.At, act.Reason)
 }
 
 // endpointSlot is an attempt's slot of its endpoint, if it took one.
@@ -304,9 +369,15 @@ func (s *endpointSlot) release() {
 }
 
 // holdLeased gives a lease up without an attempt and holds the attempt
-// back until at: its task in the holder, or a replay in its caller.
+// back until at for reason (a waiting reason, which an automatic attempt's
+// delivery records in PostgreSQL with its time): its task in the holder,
+// or a replay in its caller.
 func (d *Deliverer) holdLeased(ctx context.Context, r Request, l *storage.Lease, at time.Time, reason string) (Result, error) {
-	if err := d.db.ReleaseLease(context.WithoutCancel(ctx), l.Delivery.ID, l.Token); err != nil {
+	waits := reason
+	if r.kind() != KindAuto {
+		waits = "" // a person's attempt held back leaves the delivery's own schedule alone
+	}
+	if err := d.db.ReleaseLease(context.WithoutCancel(ctx), l.Delivery.ID, l.Token, waits, at); err != nil {
 		return Result{}, err
 	}
 	res := Result{Status: l.Delivery.Status, HeldFor: l.Delivery.EndpointID}
@@ -355,65 +426,6 @@ func persist(write func() error) error {
 		time.Sleep(wait) // a backoff between tries of a write that must land, not a wait for a condition
 		wait = min(2*wait, 2*time.Second)
 	}
-}
-
-// notHeld tells the queue what to do with a delivery the claim did not get.
-func (d *Deliverer) notHeld(ctx context.Context, r Request, l *storage.Lease, now time.Time) (Result, error) {
-	del := l.Delivery
-	// Another attempt holds it: look again when its lease runs out, or in a
-	// few seconds if that is sooner (a manual attempt that fails leaves the
-	// automatic one due).
-	busy := &RetryAt{At: now.Add(5 * time.Second), Reason: "another attempt holds the delivery"}
-	if l.OtherUntil != nil && l.OtherUntil.Before(busy.At) {
-		busy.At = *l.OtherUntil
-	}
-	switch r.mode() {
-	case storage.ClaimAuto:
-		switch {
-		case del.Status == webhookd.DeliverySucceeded || del.Status == webhookd.DeliveryDeadLetter:
-			return Result{Status: del.Status}, nil // PostgreSQL says it is done: a stale task
-		case del.NextAttemptAt != nil && del.NextAttemptAt.After(now):
-			return Result{Status: del.Status}, &RetryAt{At: *del.NextAttemptAt, Reason: "not due yet"}
-		case l.Behind: // its ordered endpoint's queue has others ahead of it
-			return Result{Status: del.Status, HeldFor: del.EndpointID}, d.holder.waitTurn(ctx, del.EndpointID, r.taskID())
-		}
-	case storage.ClaimManual:
-		if l.ManualRequest == nil || *l.ManualRequest != r.RequestID {
-			return Result{Status: del.Status}, nil // served already, or replaced by a newer request
-		}
-	case storage.ClaimReplay:
-		if del.Status != webhookd.DeliveryDeadLetter {
-			return Result{Status: del.Status, Skipped: true}, nil
-		}
-	}
-	return Result{Status: del.Status}, busy
-}
-
-// endpointDisabled ends a held attempt whose endpoint is disabled or
-// deleted: an automatic one makes the delivery a dead letter
-// (endpoint_disabled); a manual one or a replay is not sent, and says so.
-func (d *Deliverer) endpointDisabled(ctx context.Context, r Request, l *storage.Lease, now time.Time) (Result, error) {
-	t := storage.Transition{Status: webhookd.DeliveryDeadLetter, DeadLetterReason: webhookd.ReasonEndpointDisabled, Now: now}
-	if r.mode() != storage.ClaimAuto {
-		t = storage.Transition{Status: l.Delivery.Status, NextAttemptAt: l.Delivery.NextAttemptAt,
-			ManualDone: r.mode() == storage.ClaimManual, Now: now}
-	}
-	if _, err := d.record(ctx, storage.Record{Lease: l, Transition: t}); err != nil {
-		return Result{}, err
-	}
-	if r.mode() == storage.ClaimAuto {
-		if l.Delivery.Status != webhookd.DeliveryDeadLetter {
-			d.deadLettered(ctx, l, t)
-		}
-		res := Result{Status: t.Status}
-		if leftQueue(l, t) {
-			res.turn = l.Delivery.EndpointID
-		}
-		return res, nil
-	}
-	d.log.Info("manual attempt not made: the endpoint is disabled", "delivery_id", l.Delivery.ID,
-		"endpoint_id", l.Delivery.EndpointID, "by", r.By)
-	return Result{Status: t.Status}, ErrEndpointDisabled
 }
 
 // Replay makes one manual attempt of a dead letter on behalf of by (a
@@ -486,8 +498,8 @@ func (d *Deliverer) allowed(ctx context.Context, ep string, perSecond int) (time
 	return d.clock.Now().Add(max(res.RetryAfter, 100*time.Millisecond)), false
 }
 
-// send signs and sends one request and describes it as an attempt.
-func (d *Deliverer) send(ctx context.Context, l *storage.Lease, trigger string) (webhookd.Attempt, Response) {
+// request signs and sends one request and describes it as an attempt.
+func (d *Deliverer) request(ctx context.Context, l *storage.Lease, trigger string) (webhookd.Attempt, Response) {
 	ev, ep := l.Event, l.Endpoint
 	a := webhookd.Attempt{DeliveryID: l.Delivery.ID, Number: l.Delivery.AttemptsCount + 1, RequestID: l.Token,
 		URL: ep.URL, Trigger: trigger, StartedAt: d.clock.Now(), RequestHeaders: map[string]string{}, ResponseHeaders: map[string]string{}}

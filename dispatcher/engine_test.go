@@ -470,7 +470,7 @@ func TestEndpointOwnCap(t *testing.T) {
 	}
 }
 
-// heldCounter reads webhookd_deliveries_held_back_total{reason="in_flight_cap"}.
+// heldCounter reads webhookd_deliveries_held_back_total{reason="endpoint_busy"}.
 func heldCounter(t *testing.T, reg *prometheus.Registry) prometheus.Collector {
 	t.Helper()
 	mfs, err := reg.Gather()
@@ -483,13 +483,13 @@ func heldCounter(t *testing.T, reg *prometheus.Registry) prometheus.Collector {
 		}
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "reason" && l.GetValue() == "in_flight_cap" {
+				if l.GetName() == "reason" && l.GetValue() == "endpoint_busy" {
 					return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "x"}, m.GetCounter().GetValue)
 				}
 			}
 		}
 	}
-	t.Fatal("no webhookd_deliveries_held_back_total{reason=in_flight_cap}")
+	t.Fatal("no webhookd_deliveries_held_back_total{reason=endpoint_busy}")
 	return nil
 }
 

@@ -32,10 +32,6 @@ import (
 // So a kill, a Redis loss or a second worker can delay a queue but never
 // run two of its deliveries at once or out of order.
 
-// holdFIFO: the delivery waits for those ahead of it in its ordered
-// endpoint's queue (a label of webhookd_deliveries_held_back_total).
-const holdFIFO = "fifo"
-
 // waitTurn parks the task id of a delivery that is not the head of its
 // endpoint's queue until passTurn or the reconciler moves it to the
 // front. ZADD LT: if the turn came while its claim was on the way (the
@@ -43,10 +39,10 @@ const holdFIFO = "fifo"
 func (h *holder) waitTurn(ctx context.Context, ep, id string) error {
 	at := h.clock.Now().Add(holdFor)
 	if err := h.queue.park(ctx, ep, id, float64(at.UnixMilli()), true); err != nil { // cannot park it: look again soon instead
-		return &RetryAt{At: h.clock.Now().Add(h.interval * 10), Reason: holdFIFO}
+		return &RetryAt{At: h.clock.Now().Add(h.interval * 10), Reason: WaitFIFOTurn}
 	}
 	h.remember(ep)
-	h.held.WithLabelValues(holdFIFO).Inc()
+	h.held.WithLabelValues(WaitFIFOTurn).Inc()
 	return &RetryAt{At: at, Reason: "held back: waiting for its turn"}
 }
 
@@ -106,12 +102,27 @@ func (d *Deliverer) claim(ctx context.Context, r Request, c storage.Claim) (stor
 	if !r.chained {
 		return d.claims.Do(ctx, c)
 	}
-	now := d.clock.Now()
-	ls, err := d.db.ClaimDeliveries(ctx, now, now.Add(d.lease), []storage.Claim{c})
+	ls, err := d.claimNow(ctx, []storage.Claim{c})
 	if err != nil {
 		return storage.Lease{}, err
 	}
 	return ls[0], nil
+}
+
+// claimNow runs claims at PostgreSQL's time as this process knows it, and
+// learns that time again from their answer.
+func (d *Deliverer) claimNow(ctx context.Context, cs []storage.Claim) ([]storage.Lease, error) {
+	now := d.clock.Now()
+	ls, err := d.db.ClaimDeliveries(ctx, now, now.Add(d.lease), cs)
+	if c, ok := d.clock.(*dbClock); ok {
+		for _, l := range ls {
+			if l.Found {
+				c.learn(l.Now)
+				break
+			}
+		}
+	}
+	return ls, err
 }
 
 // wakeHead moves an ordered queue's head to the front of its endpoint's

@@ -49,13 +49,10 @@ type endpointState struct {
 	lastFree time.Time     // when a slot last freed (or its first was taken)
 	used     time.Time     // when an attempt last came by
 	frees    chan struct{} // closed when a slot frees; nil while nobody waits
-	// circuitOpen is its circuit as this process last learnt it, at
-	// circuitSeen (markCircuit).
+	// circuitOpen is its circuit as PostgreSQL last said it to this
+	// process, at circuitSeen (markCircuit): a cache, never a count.
 	circuitOpen bool
 	circuitSeen time.Time
-	failStreak  int       // consecutive attempts in this process that failed for the breaker
-	failFrom    time.Time // when the first of them ended
-	failAt      time.Time // when the last of them ended
 }
 
 // gateIdle is how long the gate keeps an idle endpoint's state.
@@ -207,15 +204,6 @@ func (g *gate) release(ep string, took time.Duration, sig signal) {
 	if took >= 0 {
 		s.lim.observe(now, sig, took, s.inFlight, ceilingOf(s))
 	}
-	switch sig {
-	case signalOK:
-		s.failStreak = 0
-	case signalTimeout, signalServerError:
-		if s.failStreak == 0 {
-			s.failFrom = time.Now()
-		}
-		s.failStreak, s.failAt = s.failStreak+1, time.Now()
-	}
 	s.inFlight--
 	s.lastFree = now
 	switch {
@@ -297,35 +285,25 @@ const (
 	loadsMax    = 5000
 )
 
-// markCircuit records what this process last learnt of ep's circuit: open
-// (from a failure it recorded, or a claim that read it open), or closed
-// with failures counted as read by a claim made at seen; a closed reading
-// older than the last open one is stale and ignored, and one with no
-// failures counted, made after this process's last failure, ends its own
-// streak (another worker's attempt succeeded meanwhile). So an attempt
-// that claimed its delivery before the circuit opened can still be held
-// back once it has its slot.
-func (g *gate) markCircuit(ep string, open bool, failures int, seen time.Time) {
+// markCircuit records ep's circuit as PostgreSQL said it at seen (its
+// time): open or not, read by a claim or written by the breaker's count.
+// A reading older than the last one kept is stale and ignored. So an
+// attempt that claimed its delivery before the circuit opened can still be
+// held back once it has its slot; the breaker itself is counted only in
+// PostgreSQL (storage.ApplyCircuit).
+func (g *gate) markCircuit(ep string, open bool, seen time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	s := g.useLocked(ep, g.now())
-	switch {
-	case open:
-		s.circuitOpen, s.circuitSeen = true, seen
-	case seen.After(s.circuitSeen):
-		s.circuitOpen, s.circuitSeen = false, seen
-	}
-	if !open && failures == 0 && seen.After(s.failAt) {
-		s.failStreak = 0
+	if !seen.Before(s.circuitSeen) {
+		s.circuitOpen, s.circuitSeen = open, seen
 	}
 }
 
-// circuitOpen reports whether this process last learnt ep's circuit open,
-// or has seen after failures in a row itself (the breaker's count in
-// PostgreSQL follows a little later).
-func (g *gate) circuitOpen(ep string, after int) bool {
+// circuitOpen reports whether PostgreSQL last said ep's circuit was open.
+func (g *gate) circuitOpen(ep string) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	s, ok := g.eps[ep]
-	return ok && (s.circuitOpen || after > 0 && s.failStreak >= after && s.failAt.Sub(s.failFrom) >= storage.CircuitMinSpan)
+	return ok && s.circuitOpen
 }

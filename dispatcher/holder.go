@@ -21,12 +21,6 @@ import (
 // for hours is not run every few minutes just to be held back again.
 const holdFor = time.Hour
 
-// Why a delivery is held back (the label of webhookd_deliveries_held_back_total).
-const (
-	holdInFlightCap = "in_flight_cap" // its endpoint has its cap of requests in flight
-	holdRateLimit   = "rate_limit"    // its endpoint's rate_limit_per_second
-)
-
 // holder keeps deliveries that their endpoint cannot take yet (at its
 // in-flight cap, or over its rate_limit_per_second) out of everyone's way,
 // and manual attempts too (at the cap). A held delivery's task sleeps in

@@ -18,10 +18,6 @@ var DefaultCircuit = storage.CircuitConfig{After: 10,
 	Probes:       []time.Duration{30 * time.Second, time.Minute, 2 * time.Minute, 5 * time.Minute, 10 * time.Minute},
 	DisableAfter: 120 * time.Hour}
 
-// holdCircuit: the endpoint's circuit is open (a label of
-// webhookd_deliveries_held_back_total).
-const holdCircuit = "circuit_open"
-
 // breakerOutcome says how an attempt counts for its endpoint's breaker:
 // ok (2xx), failed (5xx, a timeout, a connect error), or not at all
 // (3xx, 4xx: the receiver is there).
@@ -35,50 +31,14 @@ func breakerOutcome(r Response) (counts, ok bool) {
 	return false, false
 }
 
-// circuitGate decides an automatic attempt of an endpoint whose circuit is
-// not closed: it may become the probe when the probe is due (takeProbe,
-// once it has its slot); else the delivery waits, without an attempt, for
-// the next probe. Once its schedule's whole window has passed since it was
-// accepted it becomes a dead letter, but only on the endpoint's word: when
-// the circuit is open and its next probe not yet due, the last probe (or
-// the failures that opened it) failed less than a probe's wait ago. A
-// probe that is due, or overdue because no worker could make it (its
-// PostgreSQL or Redis was down), is made first, by this delivery if it
-// can: webhookd's own outage is no reason to give up on a delivery. goOn
-// is true when the attempt goes on.
-func (d *Deliverer) circuitGate(ctx context.Context, r Request, l *storage.Lease, now time.Time) (res Result, err error, goOn bool) {
-	at := l.Endpoint.ProbeAt
-	if at != nil && at.After(now) && l.Endpoint.Circuit == webhookd.CircuitOpen && now.Sub(l.Delivery.CreatedAt) >= d.schedule.Window() {
-		t := storage.Transition{Status: webhookd.DeliveryDeadLetter, DeadLetterReason: webhookd.ReasonExhausted, Now: now}
-		if _, err := d.record(ctx, storage.Record{Lease: l, Transition: t}); err != nil {
-			return Result{}, err, false
-		}
-		d.deadLettered(ctx, l, t)
-		return Result{Status: t.Status}, nil, false
-	}
-	if at != nil && at.After(now) {
-		// Until the probe, or until its window is over. While a probe is
-		// in flight its probe_at is only its lease's end: look again after
-		// the first probe's wait, as a failed probe sets the next one about
-		// then (a successful one wakes it at once).
-		next := *at
-		if l.Endpoint.Circuit == webhookd.CircuitProbing {
-			next = earliest(next, now.Add(probeWait(d.circuit.Probes, 0)))
-		}
-		res, err := d.holdLeased(ctx, r, l, d.heldUntil(l, next, now), holdCircuit)
-		return res, err, false
-	}
-	return Result{}, nil, true // the probe is due: takeProbe once the attempt has its slot
-}
-
-// heldUntil is when a delivery held by its endpoint's open circuit looks
-// again: at next (the probe's time), or at the end of its window if that
-// comes first and is still ahead.
-func (d *Deliverer) heldUntil(l *storage.Lease, next, now time.Time) time.Time {
-	if end := l.Delivery.CreatedAt.Add(d.schedule.Window()); end.After(now) {
-		return earliest(next, end)
-	}
-	return next
+// circuitWait is how long an automatic attempt held by its endpoint's
+// circuit waits: Decide's wait, for a circuit this process learnt open
+// after the claim read it closed.
+func (d *Deliverer) circuitWait(l *storage.Lease, now time.Time) time.Time {
+	at := now.Add(probeWait(d.circuit.Probes, 0))
+	f := d.facts(Request{}, l, now)
+	f.Held, f.Circuit, f.ProbeAt = true, webhookd.CircuitOpen, &at
+	return Decide(f).At
 }
 
 // takeProbe makes an attempt that has its endpoint's slot the probe of its
@@ -100,15 +60,8 @@ func (d *Deliverer) takeProbe(ctx context.Context, r Request, l *storage.Lease, 
 	if err != nil {
 		return Result{}, err, false
 	}
-	res, err = d.holdLeased(ctx, r, l, d.heldUntil(l, now.Add(probeWait(d.circuit.Probes, 0)), now), holdCircuit)
+	res, err = d.holdLeased(ctx, r, l, d.circuitWait(l, now), WaitCircuitOpen)
 	return res, err, false
-}
-
-func earliest(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
 }
 
 func probeWait(probes []time.Duration, n int) time.Duration {
@@ -118,12 +71,14 @@ func probeWait(probes []time.Duration, n int) time.Duration {
 	return probes[min(n, len(probes)-1)]
 }
 
-// countForBreaker applies a recorded attempt to its endpoint's breaker,
-// when it can change it (any failure; a success while failures are
-// counted or the circuit is not closed), and tells of what changed:
-// operational events, a log line, and, once closed, the held deliveries
-// woken at once.
-func (d *Deliverer) countForBreaker(ctx context.Context, l *storage.Lease, resp Response, at time.Time) {
+// countForBreaker applies a recorded attempt to its endpoint's breaker in
+// PostgreSQL, the one place it is counted, when it can change it (any
+// failure; a success while failures are counted or the circuit is not
+// closed), and tells of what changed: operational events, a log line, and,
+// once closed, the held deliveries made due and woken at once. probe: the
+// attempt took the circuit's probe, so its failure moves the next probe
+// along (the failures of attempts already in flight do not).
+func (d *Deliverer) countForBreaker(ctx context.Context, l *storage.Lease, resp Response, at time.Time, probe bool) {
 	counts, ok := breakerOutcome(resp)
 	if !counts || d.circuit.After <= 0 && d.circuit.DisableAfter <= 0 ||
 		ok && l.Failures == 0 && l.Endpoint.Circuit == webhookd.CircuitClosed {
@@ -134,7 +89,7 @@ func (d *Deliverer) countForBreaker(ctx context.Context, l *storage.Lease, resp 
 	var changes []storage.CircuitChange
 	err := persist(func() (err error) {
 		changes, err = d.db.ApplyCircuit(context.WithoutCancel(ctx), d.circuit,
-			[]storage.CircuitOutcome{{EndpointID: l.Delivery.EndpointID, OK: ok, At: at}})
+			[]storage.CircuitOutcome{{EndpointID: l.Delivery.EndpointID, OK: ok, At: at, Probe: probe}})
 		return err
 	})
 	if err != nil {
@@ -142,7 +97,7 @@ func (d *Deliverer) countForBreaker(ctx context.Context, l *storage.Lease, resp 
 		return
 	}
 	for _, c := range changes {
-		d.gate.markCircuit(c.EndpointID, c.To != webhookd.CircuitClosed, c.Failures, time.Now())
+		d.gate.markCircuit(c.EndpointID, c.To != webhookd.CircuitClosed, at)
 		d.circuitChanged(ctx, c)
 	}
 }
@@ -153,7 +108,7 @@ func (d *Deliverer) circuitChanged(ctx context.Context, c storage.CircuitChange)
 		d.log.Info("endpoint circuit closed", "endpoint_id", c.EndpointID)
 		d.metrics.circuits.WithLabelValues("closed").Inc()
 		d.emit(ctx, c.ProjectID, c.EndpointID, webhookd.EventCircuitClosed, map[string]any{"endpoint_id": c.EndpointID})
-		d.holder.wakeAll(ctx, c.EndpointID)
+		d.wakeCircuitWaiters(ctx, c.EndpointID)
 	case c.To == webhookd.CircuitOpen && c.From == webhookd.CircuitClosed:
 		d.log.Warn("endpoint circuit opened", "endpoint_id", c.EndpointID, "failures", c.Failures, "next_probe_at", c.ProbeAt)
 		d.metrics.circuits.WithLabelValues("opened").Inc()
@@ -209,6 +164,19 @@ func (d *Deliverer) emit(ctx context.Context, projectID, about, typ string, data
 	if err != nil {
 		d.log.Warn("operational event not created", "type", typ, "endpoint_id", about, "err", err)
 	}
+}
+
+// wakeCircuitWaiters makes the deliveries that waited for ep's circuit
+// due now in PostgreSQL, and wakes as many as it has room for: their
+// circuit closed. Should this fail, each comes back at the time its wait
+// gave (the next probe's).
+func (d *Deliverer) wakeCircuitWaiters(ctx context.Context, ep string) {
+	ctx = context.WithoutCancel(ctx)
+	if _, err := d.db.DueNow(ctx, ep, WaitCircuitOpen, d.clock.Now()); err != nil {
+		d.log.Warn("deliveries held by a closed circuit not made due; they wait for their time", "endpoint_id", ep, "err", err)
+		return
+	}
+	d.holder.wakeAll(ctx, ep)
 }
 
 // wakeAll makes every delivery held for ep due now (its circuit closed:

@@ -187,19 +187,20 @@ func NewWorker(cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	q := NewQueue(cfg.Redis, cfg.Queue, cfg.TaskTimeout())
+	clock := newDBClock(cfg.Clock)
 	g := newGate(cfg.EndpointInitialLimit, 100*time.Millisecond)
 	if err := cfg.Metrics.Register(newLimitCollector(g)); err != nil {
 		return nil, err
 	}
-	d := &Deliverer{db: cfg.DB, client: NewHTTPClient(cfg.HTTP), schedule: cfg.Schedule, clock: cfg.Clock,
+	d := &Deliverer{db: cfg.DB, client: NewHTTPClient(cfg.HTTP), schedule: cfg.Schedule, clock: clock,
 		log: cfg.Logger, limiter: redis_rate.NewLimiter(cfg.Redis), prefix: cfg.RateLimitPrefix, metrics: m,
 		bodyTimeout: cfg.HTTP.ResponseTimeout, attemptTimeout: cfg.AttemptTimeout(), lease: cfg.Lease(),
-		gate: g, holder: newHolder(cfg.Redis, q, g, cfg.Clock, cfg.Logger, m.held), worker: storage.NewWorkerID(),
+		gate: g, holder: newHolder(cfg.Redis, q, g, clock, cfg.Logger, m.held), worker: storage.NewWorkerID(),
 		circuit: storage.CircuitConfig{After: max(cfg.Circuit.After, 0), Probes: cfg.Circuit.Probes,
 			DisableAfter: max(cfg.Circuit.DisableAfter, 0)}}
 	w := &Worker{cfg: cfg, Deliverer: d, Queue: q, holder: d.holder, warm: warm.New(time.Minute),
 		reconciler: &Reconciler{DB: cfg.DB, Queue: q, Interval: cfg.ReconcileInterval, Grace: cfg.ReconcileGrace,
-			Clock: cfg.Clock, Logger: cfg.Logger, Observe: m.observeReconcile, Offered: m.offered.Add, Reenqueued: m.reenqueued.Add},
+			Clock: clock, Logger: cfg.Logger, Observe: m.observeReconcile, Offered: m.offered.Add, Reenqueued: m.reenqueued.Add},
 		retention: &Retention{DB: cfg.DB, Keep: cfg.Retention, Interval: cfg.RetentionInterval, Clock: cfg.Clock,
 			Logger: cfg.Logger}}
 	w.server = asynq.NewServerFromRedisClient(cfg.Redis, asynq.Config{
@@ -229,8 +230,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	claimSize, recordSize := d.metrics.groups.WithLabelValues("claim"), d.metrics.groups.WithLabelValues("record")
 	d.claims = newBatcher(256, 1, batchLinger, 30*time.Second, func(ctx context.Context, cs []storage.Claim) ([]storage.Lease, error) {
 		claimSize.Observe(float64(len(cs)))
-		now := d.clock.Now()
-		return d.db.ClaimDeliveries(ctx, now, now.Add(d.lease), cs)
+		return d.claimNow(ctx, cs)
 	})
 	d.records = newBatcher(256, 1, batchLinger, 30*time.Second, func(ctx context.Context, rs []storage.Record) ([]bool, error) {
 		recordSize.Observe(float64(len(rs)))

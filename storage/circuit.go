@@ -34,6 +34,7 @@ type CircuitOutcome struct {
 	EndpointID string
 	OK         bool // 2xx; else a failure: 5xx, a timeout, a connect error
 	At         time.Time
+	Probe      bool // the attempt took the circuit's probe (TakeProbe)
 }
 
 // CircuitChange is an endpoint whose circuit or status an outcome changed.

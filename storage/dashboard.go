@@ -77,7 +77,7 @@ func (s *Store) DashboardDeliveries(ctx context.Context, f DashboardFilter, page
 	list, err := collect(rows, func(r pgx.Row) (DeliveryRow, error) {
 		var d DeliveryRow
 		err := r.Scan(&d.ID, &d.ProjectID, &d.EventID, &d.EndpointID, &d.EventType, &d.Status, &d.AttemptsCount,
-			&d.NextAttemptAt, &d.LastStatusCode, &d.LastError, &d.CreatedAt, &d.UpdatedAt, &d.ProjectName, &d.EndpointURL)
+			&d.NextAttemptAt, &d.LastStatusCode, &d.LastError, &d.CreatedAt, &d.UpdatedAt, &d.WaitingReason, &d.ProjectName, &d.EndpointURL)
 		return d, err
 	})
 	if err != nil {

@@ -11,12 +11,12 @@ import (
 )
 
 const deliveryColumns = `d.id, d.project_id, d.event_id, d.endpoint_id, d.event_type, d.status, d.attempts_count,
-	d.next_attempt_at, d.last_status_code, d.last_error, d.created_at, d.updated_at`
+	d.next_attempt_at, d.last_status_code, d.last_error, d.created_at, d.updated_at, coalesce(d.waiting_reason, '')`
 
 func scanDelivery(row pgx.Row) (webhookd.Delivery, error) {
 	var d webhookd.Delivery
 	err := row.Scan(&d.ID, &d.ProjectID, &d.EventID, &d.EndpointID, &d.EventType, &d.Status, &d.AttemptsCount,
-		&d.NextAttemptAt, &d.LastStatusCode, &d.LastError, &d.CreatedAt, &d.UpdatedAt)
+		&d.NextAttemptAt, &d.LastStatusCode, &d.LastError, &d.CreatedAt, &d.UpdatedAt, &d.WaitingReason)
 	return d, err
 }
 

@@ -156,7 +156,7 @@ func (db *DB) InspectionLease(ctx context.Context, deliveryID string) (Lease, er
 			d.trigger
 		FROM deliveries d JOIN events e ON e.id = d.event_id JOIN endpoints p ON p.id = d.endpoint_id
 		WHERE d.id = $1`, deliveryID).Scan(&d.ID, &d.ProjectID, &d.EventID, &d.EndpointID, &d.EventType, &d.Status,
-		&d.AttemptsCount, &d.NextAttemptAt, &d.LastStatusCode, &d.LastError, &d.CreatedAt, &d.UpdatedAt,
+		&d.AttemptsCount, &d.NextAttemptAt, &d.LastStatusCode, &d.LastError, &d.CreatedAt, &d.UpdatedAt, &d.WaitingReason,
 		&l.AutoAttempts, &ev.Type, &ev.Data, &ev.ExternalID, &ev.CreatedAt,
 		&ep.URL, &ep.Status, &ep.Secret, &ep.PreviousSecret, &ep.PreviousExpiresAt, &ep.RateLimitPerSecond, &deleted,
 		&l.Trigger)

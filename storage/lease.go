@@ -65,6 +65,9 @@ type Lease struct {
 	Trigger       string  // what automatic attempts are logged as: auto or test
 	ManualRequest *string // the redelivery asked for and not yet made, if any
 	ManualBy      *string // who asked for it
+	// Now is PostgreSQL's time when the claim ran: the one clock that
+	// times compared between processes come from (SPEC §1).
+	Now time.Time
 	// SecretErr (ErrSecretUnreadable) says the endpoint's secrets cannot
 	// be opened here, so nothing can be signed: the attempt fails with it
 	// unsent. Endpoint.Secret is then not the secret.
@@ -102,7 +105,8 @@ func (db *DB) ClaimDeliveries(ctx context.Context, now, until time.Time, cs []Cl
 			SELECT * FROM unnest($1::text[], $2::text[], $3::int4[], $4::text[], $7::text[]) WITH ORDINALITY AS c(id, token, mode, request_id, worker, ord)
 			WHERE set_config('synchronous_commit', 'off', true) = 'off'
 		), held AS (
-			UPDATE deliveries d SET lease_owner = c.token, lease_until = $6, lease_worker = NULLIF(c.worker, '')
+			UPDATE deliveries d SET lease_owner = c.token, lease_until = $6, lease_worker = NULLIF(c.worker, ''),
+				waiting_reason = NULL
 			FROM c WHERE d.id = c.id AND (d.lease_until IS NULL OR d.lease_until <= $5 OR d.lease_owner = c.token) AND CASE c.mode
 				WHEN 0 THEN d.status IN ('pending', 'retrying') AND d.next_attempt_at <= $5
 					AND (d.fifo_seq IS NULL OR NOT EXISTS (`+fifoAhead+`))
@@ -116,7 +120,7 @@ func (db *DB) ClaimDeliveries(ctx context.Context, now, until time.Time, cs []Cl
 			e.type, e.data, e.external_id, e.created_at,
 			p.url, p.status, p.secret, p.previous_secret, p.previous_expires_at, p.rate_limit_per_second, p.deleted_at,
 			p.max_in_flight, d.trigger, d.manual_request_id, d.manual_requested_by, p.circuit, p.probe_at, p.failures,
-			d.fifo_seq IS NOT NULL, d.fifo_seq IS NOT NULL AND EXISTS (`+fifoAhead+`)
+			d.fifo_seq IS NOT NULL, d.fifo_seq IS NOT NULL AND EXISTS (`+fifoAhead+`), now()
 		FROM c JOIN deliveries d ON d.id = c.id JOIN events e ON e.id = d.event_id JOIN endpoints p ON p.id = d.endpoint_id
 			LEFT JOIN held ON held.token = c.token`,
 		ids, tokens, modes, reqs, now, until, workers).Query(func(rows pgx.Rows) error {
@@ -128,12 +132,12 @@ func (db *DB) ClaimDeliveries(ctx context.Context, now, until time.Time, cs []Cl
 			)
 			d, ev, ep := &l.Delivery, &l.Event, &l.Endpoint
 			if err := rows.Scan(&ord, &l.Held, &d.ID, &d.ProjectID, &d.EventID, &d.EndpointID, &d.EventType, &d.Status,
-				&d.AttemptsCount, &d.NextAttemptAt, &d.LastStatusCode, &d.LastError, &d.CreatedAt, &d.UpdatedAt,
+				&d.AttemptsCount, &d.NextAttemptAt, &d.LastStatusCode, &d.LastError, &d.CreatedAt, &d.UpdatedAt, &d.WaitingReason,
 				&l.AutoAttempts, &l.OtherUntil,
 				&ev.Type, &ev.Data, &ev.ExternalID, &ev.CreatedAt,
 				&ep.URL, &ep.Status, &ep.Secret, &ep.PreviousSecret, &ep.PreviousExpiresAt, &ep.RateLimitPerSecond, &deleted,
 				&l.MaxInFlight, &l.Trigger, &l.ManualRequest, &l.ManualBy, &ep.Circuit, &ep.ProbeAt, &l.Failures,
-				&l.FIFO, &l.Behind); err != nil {
+				&l.FIFO, &l.Behind, &l.Now); err != nil {
 				return err
 			}
 			// A secret this process cannot open fails this claim's attempt
@@ -212,7 +216,10 @@ type Transition struct {
 	// Auto says the attempt was an automatic one: it counts towards the
 	// retry schedule.
 	Auto bool
-	Now  time.Time
+	// Waiting is the delivery's waiting_reason afterwards; "" with a
+	// retrying status and a NextAttemptAt means the schedule's wait.
+	Waiting string
+	Now     time.Time
 }
 
 // Record is the end of one leased attempt: the attempt made (nil for none)
@@ -233,6 +240,7 @@ func (db *DB) RecordAttempts(ctx context.Context, rs []Record) ([]bool, error) {
 	n := len(rs)
 	var (
 		ids, tokens, statuses, dlOps, dlIDs, dlReasons, replayedBy = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		waiting                                                    = make([]string, n)
 		counts, autos                                              = make([]int32, n), make([]int32, n)
 		nexts                                                      = make([]*time.Time, n)
 		nows                                                       = make([]time.Time, n)
@@ -251,6 +259,10 @@ func (db *DB) RecordAttempts(ctx context.Context, rs []Record) ([]bool, error) {
 		counts[i], autos[i] = int32(d.AttemptsCount), int32(l.AutoAttempts)
 		codes[i], errTexts[i] = d.LastStatusCode, d.LastError
 		nexts[i], nows[i], manualDone[i], disable[i], replayedBy[i] = t.NextAttemptAt, t.Now, t.ManualDone, t.DisableEndpoint, t.ReplayedBy
+		waiting[i] = t.Waiting
+		if waiting[i] == "" && t.Status == webhookd.DeliveryRetrying && t.NextAttemptAt != nil {
+			waiting[i] = "schedule"
+		}
 		if a := r.Attempt; a != nil {
 			counts[i], codes[i], errTexts[i] = int32(a.Number), a.StatusCode, a.Error
 			if t.Auto {
@@ -283,14 +295,15 @@ func (db *DB) RecordAttempts(ctx context.Context, rs []Record) ([]bool, error) {
 			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int4[], $5::int4[], $6::timestamptz[],
 				$7::int4[], $8::text[], $9::bool[], $10::text[], $11::text[], $12::text[], $13::text[], $14::bool[],
 				$15::timestamptz[], $16::int4[], $17::text[], $18::text[], $19::text[], $20::int8[], $21::timestamptz[],
-				$22::jsonb[], $23::jsonb[], $24::text[]) WITH ORDINALITY
+				$22::jsonb[], $23::jsonb[], $24::text[], $25::text[]) WITH ORDINALITY
 			AS r(id, token, status, attempts_count, auto_attempts, next_attempt_at,
 				last_status_code, last_error, manual_done, dl_op, dl_id, dl_reason, replayed_by, disable,
 				now, a_number, a_request_id, a_url, a_trigger, a_duration_ms, a_started_at,
-				a_request_headers, a_response_headers, a_body, ord)
+				a_request_headers, a_response_headers, a_body, waiting, ord)
 		), u AS (
 			UPDATE deliveries d SET status = r.status, attempts_count = r.attempts_count, auto_attempts = r.auto_attempts,
-				next_attempt_at = r.next_attempt_at, last_status_code = r.last_status_code, last_error = r.last_error,
+				next_attempt_at = r.next_attempt_at, waiting_reason = NULLIF(r.waiting, ''),
+				last_status_code = r.last_status_code, last_error = r.last_error,
 				updated_at = r.now,
 				manual_request_id = CASE WHEN r.manual_done THEN NULL ELSE d.manual_request_id END,
 				manual_requested_by = CASE WHEN r.manual_done THEN NULL ELSE d.manual_requested_by END,
@@ -327,7 +340,7 @@ func (db *DB) RecordAttempts(ctx context.Context, rs []Record) ([]bool, error) {
 		pgtype.FlatArray[*string](errTexts), manualDone, dlOps, dlIDs, dlReasons, replayedBy, disable,
 		nows, pgtype.FlatArray[*int32](aNumbers), pgtype.FlatArray[*string](aReqIDs), pgtype.FlatArray[*string](aURLs),
 		pgtype.FlatArray[*string](aTriggers), pgtype.FlatArray[*int64](aDurations), pgtype.FlatArray[*time.Time](aStarted),
-		pgtype.FlatArray[*string](aReqH), pgtype.FlatArray[*string](aRespH), pgtype.FlatArray[*string](aBodies)).Query(func(rows pgx.Rows) (err error) {
+		pgtype.FlatArray[*string](aReqH), pgtype.FlatArray[*string](aRespH), pgtype.FlatArray[*string](aBodies), waiting).Query(func(rows pgx.Rows) (err error) {
 		applied, err = pgx.CollectRows(rows, pgx.RowTo[int64])
 		return err
 	})
@@ -354,16 +367,44 @@ const planSettings = `SELECT ` + genericPlans
 const genericPlans = `set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true),
 	set_config('enable_bitmapscan', 'off', true)`
 
-// ReleaseLease gives a lease up without a change: the attempt was not made
-// (its endpoint had no room). Like a claim, it need not reach disk before
-// the commit returns: lost in a crash, it is a lease that runs out.
-func (db *DB) ReleaseLease(ctx context.Context, deliveryID, token string) error {
-	_, err := db.pool.Exec(ctx, `UPDATE deliveries SET lease_owner = NULL, lease_until = NULL
-		WHERE id = $1 AND lease_owner = $2 AND set_config('synchronous_commit', 'off', true) = 'off'`, deliveryID, token)
+// ReleaseLease gives a lease up without a change but the wait: the attempt
+// was not made (its endpoint had no room, or its circuit is open). When
+// reason is set and the delivery still waits for an automatic attempt, it
+// waits until at for reason (its next_attempt_at and waiting_reason);
+// else (a manual attempt held back) its schedule is left as it is. Like a
+// claim, it need not reach disk before the commit returns: lost in a
+// crash, it is a lease that runs out.
+func (db *DB) ReleaseLease(ctx context.Context, deliveryID, token, reason string, at time.Time) error {
+	_, err := db.pool.Exec(ctx, `UPDATE deliveries SET lease_owner = NULL, lease_until = NULL,
+			next_attempt_at = CASE WHEN $3 <> '' AND status IN ('pending', 'retrying') THEN $4 ELSE next_attempt_at END,
+			waiting_reason = CASE WHEN $3 <> '' AND status IN ('pending', 'retrying') THEN $3 ELSE waiting_reason END
+		WHERE id = $1 AND lease_owner = $2 AND set_config('synchronous_commit', 'off', true) = 'off'`,
+		deliveryID, token, reason, at)
 	if err != nil {
 		return fmt.Errorf("release lease of %s: %w", deliveryID, err)
 	}
 	return nil
+}
+
+// DueNow makes the deliveries of endpoint ep that wait for reason (its
+// open circuit, say, which has closed) due at now, and returns them.
+func (db *DB) DueNow(ctx context.Context, ep, reason string, now time.Time) ([]webhookd.ScheduledDelivery, error) {
+	rows, err := db.pool.Query(ctx, `UPDATE deliveries SET next_attempt_at = $3, waiting_reason = NULL
+		WHERE endpoint_id = $1 AND waiting_reason = $2 AND waiting_reason IN ('endpoint_busy', 'rate_limit', 'circuit_open')
+			AND status IN ('pending', 'retrying') AND next_attempt_at > $3
+		RETURNING id, endpoint_id, next_attempt_at`, ep, reason, now)
+	if err != nil {
+		return nil, fmt.Errorf("deliveries of %s due now: %w", ep, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (webhookd.ScheduledDelivery, error) {
+		var s webhookd.ScheduledDelivery
+		err := r.Scan(&s.ID, &s.EndpointID, &s.DueAt)
+		return s, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("deliveries of %s due now: %w", ep, err)
+	}
+	return out, nil
 }
 
 // headersJSON is an attempt's header map as the JSON object its column
