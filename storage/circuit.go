@@ -158,13 +158,16 @@ func (s *circuitState) count(cfg CircuitConfig, o CircuitOutcome) (disabled bool
 
 // writeCircuit stores s; disabled: the outcomes disabled the endpoint.
 // The probe's worker is kept only while its probe is in flight (probing).
+// Only the disabling bumps the version: the circuit is the endpoint's
+// health, not its settings, and a client's If-Match PATCH of an endpoint
+// that flaps must not fail for it.
 func writeCircuit(ctx context.Context, tx pgx.Tx, s circuitState, disabled bool) error {
 	_, err := tx.Exec(ctx, `UPDATE endpoints SET circuit = $2, failures = $3, failing_since = $4, probes = $5,
 			probe_at = $6, probe_worker = CASE WHEN $2 = 'probing' THEN probe_worker END,
 			circuit_opened_at = CASE WHEN $2 = 'closed' THEN NULL
 				WHEN circuit = 'closed' THEN now() ELSE circuit_opened_at END,
 			status = $7, disabled_reason = CASE WHEN $8 THEN 'failing' ELSE disabled_reason END,
-			version = version + CASE WHEN $8 OR $2 <> circuit THEN 1 ELSE 0 END
+			version = version + CASE WHEN $8 THEN 1 ELSE 0 END
 		WHERE id = $1`, s.id, s.circuit, s.failures, s.failingSince, s.probes, s.probeAt, s.status, disabled)
 	return err
 }

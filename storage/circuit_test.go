@@ -185,3 +185,36 @@ func TestCircuitFailedProbeMovesToNextWait(t *testing.T) {
 		t.Fatalf("a late in-flight failure moved the probe: %+v", b)
 	}
 }
+
+// TestCircuitChangesKeepVersion: opening and closing the circuit leaves
+// the endpoint's version (a client's If-Match PATCH still applies); the
+// auto-disable, a change of status, bumps it.
+func TestCircuitChangesKeepVersion(t *testing.T) {
+	t.Parallel()
+	db := testenv.DB(t)
+	ctx := context.Background()
+	cfg := storage.CircuitConfig{After: 3, Probes: defaultProbes, DisableAfter: time.Hour}
+	t0 := time.Now().UTC().Truncate(time.Second)
+	e := openCircuit(t, db, cfg, t0)
+	if b := readBreaker(t, db, e.ID); b.version != e.Version {
+		t.Fatalf("opening the circuit: version %d -> %d", e.Version, b.version)
+	}
+	if _, err := db.ApplyCircuit(ctx, cfg, []storage.CircuitOutcome{{EndpointID: e.ID, OK: true, At: t0.Add(time.Minute)}}); err != nil {
+		t.Fatal(err)
+	}
+	if b := readBreaker(t, db, e.ID); b.circuit != webhookd.CircuitClosed || b.version != e.Version {
+		t.Fatalf("closing the circuit: %s, version %d -> %d", b.circuit, e.Version, b.version)
+	}
+	desc := "x"
+	if _, err := db.Store().UpdateEndpoint(ctx, e.ProjectID, e.ID, storage.EndpointPatch{Description: &desc, IfVersion: &e.Version},
+		time.Now()); err != nil {
+		t.Fatalf("If-Match PATCH after the circuit flapped: %v", err)
+	}
+	outs := []storage.CircuitOutcome{{EndpointID: e.ID, At: t0.Add(2 * time.Minute)}, {EndpointID: e.ID, At: t0.Add(2*time.Hour + time.Minute)}}
+	if ch, err := db.ApplyCircuit(ctx, cfg, outs); err != nil || len(ch) != 1 || !ch[0].Disabled {
+		t.Fatalf("two hours of failures: %+v %v", ch, err)
+	}
+	if b := readBreaker(t, db, e.ID); b.version != e.Version+2 {
+		t.Fatalf("disabling: version %d, want %d (PATCH, then disabled)", b.version, e.Version+2)
+	}
+}
