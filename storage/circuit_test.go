@@ -218,3 +218,35 @@ func TestCircuitChangesKeepVersion(t *testing.T) {
 		t.Fatalf("disabling: version %d, want %d (PATCH, then disabled)", b.version, e.Version+2)
 	}
 }
+
+// TestCircuitEnabledEndpointStartsClosed: an endpoint disabled as failing
+// (circuit open) and enabled by a person has a closed circuit and no
+// failing spell; its next failure is one failure, not a disabling.
+func TestCircuitEnabledEndpointStartsClosed(t *testing.T) {
+	t.Parallel()
+	db := testenv.DB(t)
+	ctx := context.Background()
+	cfg := storage.CircuitConfig{After: 3, Probes: defaultProbes, DisableAfter: time.Hour}
+	t0 := time.Now().UTC().Add(-2 * time.Hour)
+	e := openCircuit(t, db, cfg, t0)
+	if _, err := db.TakeProbe(ctx, e.ID, t0.Add(time.Minute), t0.Add(2*time.Minute), "wrk_a"); err != nil {
+		t.Fatal(err)
+	}
+	ch, err := db.ApplyCircuit(ctx, cfg, []storage.CircuitOutcome{{EndpointID: e.ID, At: t0.Add(90 * time.Minute)}})
+	if err != nil || len(ch) != 1 || !ch[0].Disabled {
+		t.Fatalf("not disabled: %+v %v", ch, err)
+	}
+	active := webhookd.EndpointActive
+	if _, err := db.Store().UpdateEndpoint(ctx, e.ProjectID, e.ID, storage.EndpointPatch{Status: &active}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	b := readBreaker(t, db, e.ID)
+	if b.status != webhookd.EndpointActive || b.circuit != webhookd.CircuitClosed || b.failures != 0 || b.failingSince != nil ||
+		b.probes != 0 || b.probeAt != nil || b.probeWorker != nil || b.openedAt != nil {
+		t.Fatalf("enabled: %+v, want active, closed, no failures, no failing spell, no probe", b)
+	}
+	ch, err = db.ApplyCircuit(ctx, cfg, []storage.CircuitOutcome{{EndpointID: e.ID, At: time.Now()}})
+	if b := readBreaker(t, db, e.ID); err != nil || len(ch) != 0 || b.status != webhookd.EndpointActive || b.failures != 1 {
+		t.Fatalf("one failure after the enable: %+v %v, endpoint %+v", ch, err, b)
+	}
+}
