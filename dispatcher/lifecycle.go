@@ -148,23 +148,23 @@ func (d *Deliverer) countForBreaker(ctx context.Context, l *storage.Lease, resp 
 }
 
 func (d *Deliverer) circuitChanged(ctx context.Context, c storage.CircuitChange) {
+	// ApplyCircuit wrote the change's operational events with it; a
+	// delivery of theirs that misses the queue is the reconciler's.
+	if len(c.Deliveries) > 0 {
+		_ = d.holder.queue.Enqueue(context.WithoutCancel(ctx), c.Deliveries...)
+	}
 	switch {
 	case c.To == webhookd.CircuitClosed && c.From != webhookd.CircuitClosed:
 		d.log.Info("endpoint circuit closed", "endpoint_id", c.EndpointID)
 		d.metrics.circuits.WithLabelValues("closed").Inc()
-		d.emit(ctx, c.ProjectID, c.EndpointID, webhookd.EventCircuitClosed, map[string]any{"endpoint_id": c.EndpointID})
 		d.holder.wakeAll(ctx, c.EndpointID)
 	case c.To == webhookd.CircuitOpen && c.From == webhookd.CircuitClosed:
 		d.log.Warn("endpoint circuit opened", "endpoint_id", c.EndpointID, "failures", c.Failures, "next_probe_at", c.ProbeAt)
 		d.metrics.circuits.WithLabelValues("opened").Inc()
-		d.emit(ctx, c.ProjectID, c.EndpointID, webhookd.EventCircuitOpened, map[string]any{"endpoint_id": c.EndpointID,
-			"consecutive_failures": c.Failures, "next_probe_at": c.ProbeAt})
 	}
 	if c.Disabled {
 		d.log.Warn("endpoint disabled: no successful attempt within the disable window", "endpoint_id", c.EndpointID)
 		d.metrics.circuits.WithLabelValues("disabled").Inc()
-		d.emit(ctx, c.ProjectID, c.EndpointID, webhookd.EventEndpointDisabled, map[string]any{"endpoint_id": c.EndpointID,
-			"disabled_reason": webhookd.DisabledFailing})
 	}
 }
 

@@ -48,6 +48,10 @@ type CircuitChange struct {
 	Disabled              bool       // disabled now (disabled_reason failing)
 	ProbeAt               *time.Time // the next probe, when To is open
 	Failures              int
+	// Deliveries are those of the operational events the change wrote
+	// with it (circuit_opened, circuit_closed, disabled): to enqueue once
+	// ApplyCircuit has returned.
+	Deliveries []webhookd.ScheduledDelivery
 }
 
 // circuitState is an endpoint's breaker as ApplyCircuit reads and writes it.
@@ -59,7 +63,8 @@ type circuitState struct {
 
 // ApplyCircuit counts outcomes towards each endpoint's breaker, in order
 // (circuitState.count), and returns the endpoints whose circuit or status
-// changed.
+// changed. It writes the operational events of the changes in the same
+// transaction (circuitEvents), at the time of the endpoint's last outcome.
 func (db *DB) ApplyCircuit(ctx context.Context, cfg CircuitConfig, outcomes []CircuitOutcome) ([]CircuitChange, error) {
 	if len(outcomes) == 0 {
 		return nil, nil
@@ -80,6 +85,8 @@ func (db *DB) ApplyCircuit(ctx context.Context, cfg CircuitConfig, outcomes []Ci
 		if err != nil {
 			return err
 		}
+		var evs []operationalEvent
+		var of []int // the change each event tells of
 		for _, s := range states {
 			was, disabled := s, false
 			for _, o := range byEP[s.id] {
@@ -92,16 +99,43 @@ func (db *DB) ApplyCircuit(ctx context.Context, cfg CircuitConfig, outcomes []Ci
 				return err
 			}
 			if s.circuit != was.circuit || disabled {
-				changes = append(changes, CircuitChange{EndpointID: s.id, ProjectID: s.project, From: was.circuit, To: s.circuit,
-					Disabled: disabled, ProbeAt: s.probeAt, Failures: s.failures})
+				c := CircuitChange{EndpointID: s.id, ProjectID: s.project, From: was.circuit, To: s.circuit,
+					Disabled: disabled, ProbeAt: s.probeAt, Failures: s.failures}
+				for _, ev := range circuitEvents(c, byEP[s.id][len(byEP[s.id])-1].At) {
+					evs, of = append(evs, ev), append(of, len(changes))
+				}
+				changes = append(changes, c)
 			}
 		}
-		return nil
+		ds, err := insertOperationalEvents(ctx, tx, evs)
+		for i, d := range ds {
+			changes[of[i]].Deliveries = append(changes[of[i]].Deliveries, d...)
+		}
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("circuit: %w", err)
 	}
 	return changes, nil
+}
+
+// circuitEvents are the operational events that tell of c, made at at.
+func circuitEvents(c CircuitChange, at time.Time) []operationalEvent {
+	var evs []operationalEvent
+	add := func(typ string, data map[string]any) {
+		evs = append(evs, operationalEvent{projectID: c.ProjectID, about: c.EndpointID, typ: typ, data: data, at: at})
+	}
+	switch {
+	case c.To == webhookd.CircuitClosed && c.From != webhookd.CircuitClosed:
+		add(webhookd.EventCircuitClosed, map[string]any{"endpoint_id": c.EndpointID})
+	case c.To == webhookd.CircuitOpen && c.From == webhookd.CircuitClosed:
+		add(webhookd.EventCircuitOpened, map[string]any{"endpoint_id": c.EndpointID, "consecutive_failures": c.Failures,
+			"next_probe_at": c.ProbeAt})
+	}
+	if c.Disabled {
+		add(webhookd.EventEndpointDisabled, map[string]any{"endpoint_id": c.EndpointID, "disabled_reason": webhookd.DisabledFailing})
+	}
+	return evs
 }
 
 // lockCircuits reads the breakers of the endpoints ids, locked, in id order.

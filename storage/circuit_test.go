@@ -13,7 +13,8 @@ import (
 // TestCircuitOpensProbesClosesAndDisables: the breaker's state as outcomes
 // are applied: open at After failures with the first probe's wait, a
 // failed probe moves the next probe along the waits, a success closes it,
-// and a failing spell past DisableAfter disables the endpoint (failing).
+// and a failing spell past DisableAfter disables the endpoint (failing),
+// with its webhookd.endpoint.disabled event.
 func TestCircuitOpensProbesClosesAndDisables(t *testing.T) {
 	t.Parallel()
 	db := testenv.DB(t)
@@ -77,6 +78,10 @@ func TestCircuitOpensProbesClosesAndDisables(t *testing.T) {
 	ch = apply(false, t0.Add(3*time.Hour+time.Second))
 	if _, _, s := state(); len(ch) != 1 || !ch[0].Disabled || s != webhookd.EndpointDisabled {
 		t.Fatalf("an hour of failures: %+v, status %s", ch, s)
+	}
+	if ev, _ := operationalEvent(t, db, p.ID, webhookd.EventEndpointDisabled); string(ev.Data) !=
+		`{"disabled_reason":"failing","endpoint_id":"`+ep+`"}` {
+		t.Fatalf("disabled event data %s", ev.Data)
 	}
 }
 
