@@ -103,23 +103,23 @@ func (d *Deliverer) countForBreaker(ctx context.Context, l *storage.Lease, resp 
 }
 
 func (d *Deliverer) circuitChanged(ctx context.Context, c storage.CircuitChange) {
+	// ApplyCircuit wrote the change's operational events with it; a
+	// delivery of theirs that misses the queue is the reconciler's.
+	if len(c.Deliveries) > 0 {
+		_ = d.holder.queue.Enqueue(context.WithoutCancel(ctx), c.Deliveries...)
+	}
 	switch {
 	case c.To == webhookd.CircuitClosed && c.From != webhookd.CircuitClosed:
 		d.log.Info("endpoint circuit closed", "endpoint_id", c.EndpointID)
 		d.metrics.circuits.WithLabelValues("closed").Inc()
-		d.emit(ctx, c.ProjectID, c.EndpointID, webhookd.EventCircuitClosed, map[string]any{"endpoint_id": c.EndpointID})
-		d.wakeCircuitWaiters(ctx, c.EndpointID)
+		d.holder.wakeAll(ctx, c.EndpointID) // ApplyCircuit made them due
 	case c.To == webhookd.CircuitOpen && c.From == webhookd.CircuitClosed:
 		d.log.Warn("endpoint circuit opened", "endpoint_id", c.EndpointID, "failures", c.Failures, "next_probe_at", c.ProbeAt)
 		d.metrics.circuits.WithLabelValues("opened").Inc()
-		d.emit(ctx, c.ProjectID, c.EndpointID, webhookd.EventCircuitOpened, map[string]any{"endpoint_id": c.EndpointID,
-			"consecutive_failures": c.Failures, "next_probe_at": c.ProbeAt})
 	}
 	if c.Disabled {
 		d.log.Warn("endpoint disabled: no successful attempt within the disable window", "endpoint_id", c.EndpointID)
 		d.metrics.circuits.WithLabelValues("disabled").Inc()
-		d.emit(ctx, c.ProjectID, c.EndpointID, webhookd.EventEndpointDisabled, map[string]any{"endpoint_id": c.EndpointID,
-			"disabled_reason": webhookd.DisabledFailing})
 	}
 }
 
@@ -164,19 +164,6 @@ func (d *Deliverer) emit(ctx context.Context, projectID, about, typ string, data
 	if err != nil {
 		d.log.Warn("operational event not created", "type", typ, "endpoint_id", about, "err", err)
 	}
-}
-
-// wakeCircuitWaiters makes the deliveries that waited for ep's circuit
-// due now in PostgreSQL, and wakes as many as it has room for: their
-// circuit closed. Should this fail, each comes back at the time its wait
-// gave (the next probe's).
-func (d *Deliverer) wakeCircuitWaiters(ctx context.Context, ep string) {
-	ctx = context.WithoutCancel(ctx)
-	if _, err := d.db.DueNow(ctx, ep, WaitCircuitOpen, d.clock.Now()); err != nil {
-		d.log.Warn("deliveries held by a closed circuit not made due; they wait for their time", "endpoint_id", ep, "err", err)
-		return
-	}
-	d.holder.wakeAll(ctx, ep)
 }
 
 // wakeAll makes every delivery held for ep due now (its circuit closed:

@@ -33,8 +33,12 @@ const CircuitMinSpan = time.Second
 type CircuitOutcome struct {
 	EndpointID string
 	OK         bool // 2xx; else a failure: 5xx, a timeout, a connect error
-	At         time.Time
-	Probe      bool // the attempt took the circuit's probe (TakeProbe)
+	// Probe: the attempt was the probe of the endpoint's circuit (it took
+	// it with TakeProbe). Only a probe's failure moves the next probe
+	// along: attempts already in flight when the circuit opened fail too,
+	// and would otherwise push the first probe down the whole schedule.
+	Probe bool
+	At    time.Time
 }
 
 // CircuitChange is an endpoint whose circuit or status an outcome changed.
@@ -44,15 +48,23 @@ type CircuitChange struct {
 	Disabled              bool       // disabled now (disabled_reason failing)
 	ProbeAt               *time.Time // the next probe, when To is open
 	Failures              int
+	// Deliveries are those of the operational events the change wrote
+	// with it (circuit_opened, circuit_closed, disabled): to enqueue once
+	// ApplyCircuit has returned.
+	Deliveries []webhookd.ScheduledDelivery
 }
 
-// ApplyCircuit counts outcomes towards each endpoint's breaker, in order:
-// a success closes the circuit and ends the failing spell; a failure adds
-// to the consecutive failures, opens the circuit at cfg.After once the
-// spell has lasted CircuitMinSpan, and while
-// it is open (a failed probe, or a person's attempt that failed) moves the
-// next probe along cfg.Probes; a failing spell of cfg.DisableAfter
-// disables the endpoint (failing). It returns the endpoints that changed.
+// circuitState is an endpoint's breaker as ApplyCircuit reads and writes it.
+type circuitState struct {
+	id, project, status, circuit string
+	failures, probes             int
+	failingSince, probeAt        *time.Time
+}
+
+// ApplyCircuit counts outcomes towards each endpoint's breaker, in order
+// (circuitState.count), and returns the endpoints whose circuit or status
+// changed. It writes the operational events of the changes in the same
+// transaction (circuitEvents), at the time of the endpoint's last outcome.
 func (db *DB) ApplyCircuit(ctx context.Context, cfg CircuitConfig, outcomes []CircuitOutcome) ([]CircuitChange, error) {
 	if len(outcomes) == 0 {
 		return nil, nil
@@ -69,72 +81,136 @@ func (db *DB) ApplyCircuit(ctx context.Context, cfg CircuitConfig, outcomes []Ci
 			}
 			byEP[o.EndpointID] = append(byEP[o.EndpointID], o)
 		}
-		rows, err := tx.Query(ctx, `SELECT id, project_id, status, circuit, failures, failing_since, probes, probe_at
-			FROM endpoints WHERE id = ANY($1) ORDER BY id FOR UPDATE`, ids)
+		states, err := lockCircuits(ctx, tx, ids)
 		if err != nil {
 			return err
 		}
-		type state struct {
-			id, project, status, circuit string
-			failures, probes             int
-			failingSince, probeAt        *time.Time
-		}
-		var states []state
-		var st state
-		if _, err := pgx.ForEachRow(rows, []any{&st.id, &st.project, &st.status, &st.circuit, &st.failures,
-			&st.failingSince, &st.probes, &st.probeAt}, func() error { states = append(states, st); return nil }); err != nil {
-			return err
-		}
+		var evs []operationalEvent
+		var of []int // the change each event tells of
 		for _, s := range states {
-			was := s
-			disabled := false
+			was, disabled := s, false
 			for _, o := range byEP[s.id] {
-				switch {
-				case o.OK:
-					s.failures, s.failingSince, s.circuit, s.probes, s.probeAt = 0, nil, webhookd.CircuitClosed, 0, nil
-				case s.circuit != webhookd.CircuitClosed: // a failed probe
-					s.failures++
-					s.probes++
-					at := o.At.Add(probeWait(cfg.Probes, s.probes))
-					s.circuit, s.probeAt = webhookd.CircuitOpen, &at
-				default:
-					s.failures++
-					if s.failingSince == nil {
-						at := o.At
-						s.failingSince = &at
-					}
-					if cfg.After > 0 && s.failures >= cfg.After && o.At.Sub(*s.failingSince) >= CircuitMinSpan {
-						at := o.At.Add(probeWait(cfg.Probes, 0))
-						s.circuit, s.probes, s.probeAt = webhookd.CircuitOpen, 0, &at
-					}
-				}
-				if !o.OK && cfg.DisableAfter > 0 && s.status == webhookd.EndpointActive && s.failingSince != nil &&
-					o.At.Sub(*s.failingSince) >= cfg.DisableAfter {
-					s.status, disabled = webhookd.EndpointDisabled, true
-				}
+				disabled = s.count(cfg, o) || disabled
 			}
 			if s == was {
 				continue
 			}
-			if _, err := tx.Exec(ctx, `UPDATE endpoints SET circuit = $2, failures = $3, failing_since = $4, probes = $5,
-					probe_at = $6, circuit_opened_at = CASE WHEN $2 = 'closed' THEN NULL
-						WHEN circuit = 'closed' THEN now() ELSE circuit_opened_at END,
-					status = $7, disabled_reason = CASE WHEN $8 THEN 'failing' ELSE disabled_reason END,
-					version = version + CASE WHEN $8 OR $2 <> circuit THEN 1 ELSE 0 END
-				WHERE id = $1`, s.id, s.circuit, s.failures, s.failingSince, s.probes, s.probeAt, s.status, disabled); err != nil {
+			if err := writeCircuit(ctx, tx, s, disabled, was.circuit != webhookd.CircuitClosed); err != nil {
 				return err
 			}
 			if s.circuit != was.circuit || disabled {
-				changes = append(changes, CircuitChange{EndpointID: s.id, ProjectID: s.project, From: was.circuit, To: s.circuit,
-					Disabled: disabled, ProbeAt: s.probeAt, Failures: s.failures})
+				c := CircuitChange{EndpointID: s.id, ProjectID: s.project, From: was.circuit, To: s.circuit,
+					Disabled: disabled, ProbeAt: s.probeAt, Failures: s.failures}
+				for _, ev := range circuitEvents(c, byEP[s.id][len(byEP[s.id])-1].At) {
+					evs, of = append(evs, ev), append(of, len(changes))
+				}
+				changes = append(changes, c)
 			}
 		}
-		return nil
+		ds, err := insertOperationalEvents(ctx, tx, evs)
+		for i, d := range ds {
+			changes[of[i]].Deliveries = append(changes[of[i]].Deliveries, d...)
+		}
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("circuit: %w", err)
 	}
 	return changes, nil
+}
+
+// circuitEvents are the operational events that tell of c, made at at.
+func circuitEvents(c CircuitChange, at time.Time) []operationalEvent {
+	var evs []operationalEvent
+	add := func(typ string, data map[string]any) {
+		evs = append(evs, operationalEvent{projectID: c.ProjectID, about: c.EndpointID, typ: typ, data: data, at: at})
+	}
+	switch {
+	case c.To == webhookd.CircuitClosed && c.From != webhookd.CircuitClosed:
+		add(webhookd.EventCircuitClosed, map[string]any{"endpoint_id": c.EndpointID})
+	case c.To == webhookd.CircuitOpen && c.From == webhookd.CircuitClosed:
+		add(webhookd.EventCircuitOpened, map[string]any{"endpoint_id": c.EndpointID, "consecutive_failures": c.Failures,
+			"next_probe_at": c.ProbeAt})
+	}
+	if c.Disabled {
+		add(webhookd.EventEndpointDisabled, map[string]any{"endpoint_id": c.EndpointID, "disabled_reason": webhookd.DisabledFailing})
+	}
+	return evs
+}
+
+// lockCircuits reads the breakers of the endpoints ids, locked, in id order.
+func lockCircuits(ctx context.Context, tx pgx.Tx, ids []string) ([]circuitState, error) {
+	rows, err := tx.Query(ctx, `SELECT id, project_id, status, circuit, failures, failing_since, probes, probe_at
+		FROM endpoints WHERE id = ANY($1) ORDER BY id FOR UPDATE`, ids)
+	if err != nil {
+		return nil, err
+	}
+	var states []circuitState
+	var st circuitState
+	_, err = pgx.ForEachRow(rows, []any{&st.id, &st.project, &st.status, &st.circuit, &st.failures,
+		&st.failingSince, &st.probes, &st.probeAt}, func() error { states = append(states, st); return nil })
+	return states, err
+}
+
+// count applies one outcome (SPEC §3 "Endpoint lifecycle"): a success
+// closes the circuit and ends the failing spell; a failure of a closed
+// circuit adds to the consecutive failures and opens it at cfg.After once
+// the spell has lasted CircuitMinSpan; a failed probe reopens it with the
+// next wait of cfg.Probes; any other failure of an open circuit (an
+// attempt in flight when it opened) only adds to the count. A failing
+// spell of cfg.DisableAfter disables the endpoint (failing): count
+// returns true when this outcome did.
+func (s *circuitState) count(cfg CircuitConfig, o CircuitOutcome) (disabled bool) {
+	switch {
+	case o.OK:
+		s.failures, s.failingSince, s.circuit, s.probes, s.probeAt = 0, nil, webhookd.CircuitClosed, 0, nil
+	case s.circuit == webhookd.CircuitClosed:
+		s.failures++
+		if s.failingSince == nil {
+			at := o.At
+			s.failingSince = &at
+		}
+		if cfg.After > 0 && s.failures >= cfg.After && o.At.Sub(*s.failingSince) >= CircuitMinSpan {
+			at := o.At.Add(probeWait(cfg.Probes, 0))
+			s.circuit, s.probes, s.probeAt = webhookd.CircuitOpen, 0, &at
+		}
+	case o.Probe:
+		s.failures++
+		s.probes++
+		at := o.At.Add(probeWait(cfg.Probes, s.probes))
+		s.circuit, s.probeAt = webhookd.CircuitOpen, &at
+	default:
+		s.failures++
+	}
+	if !o.OK && cfg.DisableAfter > 0 && s.status == webhookd.EndpointActive && s.failingSince != nil &&
+		o.At.Sub(*s.failingSince) >= cfg.DisableAfter {
+		s.status = webhookd.EndpointDisabled
+		return true
+	}
+	return false
+}
+
+// writeCircuit stores s; disabled: the outcomes disabled the endpoint.
+// The probe's worker is kept only while its probe is in flight (probing).
+// Only the disabling bumps the version: the circuit is the endpoint's
+// health, not its settings, and a client's If-Match PATCH of an endpoint
+// that flaps must not fail for it.
+func writeCircuit(ctx context.Context, tx pgx.Tx, s circuitState, disabled, wasOpen bool) error {
+	_, err := tx.Exec(ctx, `UPDATE endpoints SET circuit = $2, failures = $3, failing_since = $4, probes = $5,
+			probe_at = $6, probe_worker = CASE WHEN $2 = 'probing' THEN probe_worker END,
+			circuit_opened_at = CASE WHEN $2 = 'closed' THEN NULL
+				WHEN circuit = 'closed' THEN now() ELSE circuit_opened_at END,
+			status = $7, disabled_reason = CASE WHEN $8 THEN 'failing' ELSE disabled_reason END,
+			version = version + CASE WHEN $8 THEN 1 ELSE 0 END
+		WHERE id = $1`, s.id, s.circuit, s.failures, s.failingSince, s.probes, s.probeAt, s.status, disabled)
+	if err != nil || !wasOpen || s.circuit != webhookd.CircuitClosed {
+		return err
+	}
+	// Closed: the deliveries that waited for its probe are due now, in
+	// the transaction that closed it (the dispatcher then wakes them).
+	_, err = tx.Exec(ctx, `UPDATE deliveries SET next_attempt_at = now(), waiting_reason = NULL
+		WHERE endpoint_id = $1 AND waiting_reason = 'circuit_open' AND status IN ('pending', 'retrying')`, s.id)
+	return err
 }
 
 // probeWait is the wait before probe n (0: the first) of an open circuit.

@@ -112,7 +112,9 @@ type EndpointPatch struct {
 	IfVersion         *int // when set, the change applies only at this version
 }
 
-// UpdateEndpoint applies p and bumps the version. A stale IfVersion returns
+// UpdateEndpoint applies p and bumps the version; enabling a disabled
+// endpoint also closes its circuit and ends its failing spell, so that it
+// starts as a new one. A stale IfVersion returns
 // ErrVersionMismatch; an unknown id ErrNotFound.
 func (s *Store) UpdateEndpoint(ctx context.Context, projectID, id string, p EndpointPatch, now time.Time) (webhookd.Endpoint, error) {
 	e, _, err := s.UpdateEndpointAndReplay(ctx, projectID, id, p, now)
@@ -179,6 +181,10 @@ func (s *Store) UpdateEndpointAndReplay(ctx context.Context, projectID, id strin
 		if p.Ordering != nil {
 			cur.Ordering = *p.Ordering
 		}
+		// Enabled by a person, an endpoint starts afresh: the failing spell
+		// and the open circuit of before would disable it again at its
+		// first failure and hold its deliveries for a probe.
+		enable := cur.Status == webhookd.EndpointDisabled && p.Status != nil && *p.Status == webhookd.EndpointActive
 		if p.Status != nil && *p.Status != cur.Status {
 			cur.Status = *p.Status
 			cur.DisabledReason = nil
@@ -190,15 +196,23 @@ func (s *Store) UpdateEndpointAndReplay(ctx context.Context, projectID, id strin
 		out, err = s.scanEndpoint(tx.QueryRow(ctx, `
 			UPDATE endpoints SET url = $3, description = $4, event_types = $5, rate_limit_per_second = $6,
 				status = $7, disabled_reason = $8, version = version + 1, updated_at = $9, max_in_flight = $10,
-				ordering = $11
+				ordering = $11`+closeCircuitIf12+`
 			WHERE id = $1 AND project_id = $2
 			RETURNING `+endpointColumns,
 			id, projectID, cur.URL, cur.Description, cur.EventTypes, cur.RateLimitPerSecond,
-			cur.Status, cur.DisabledReason, now, cur.MaxInFlight, cur.Ordering))
+			cur.Status, cur.DisabledReason, now, cur.MaxInFlight, cur.Ordering, enable))
 		return err
 	})
 	return out, job, translate(err, "endpoint")
 }
+
+// closeCircuitIf12 is the SET list that, when $12 is true, closes the
+// endpoint's circuit and ends its failing spell (the state of a new one).
+const closeCircuitIf12 = `,
+	circuit = CASE WHEN $12 THEN 'closed' ELSE circuit END, failures = CASE WHEN $12 THEN 0 ELSE failures END,
+	failing_since = CASE WHEN $12 THEN NULL ELSE failing_since END, probes = CASE WHEN $12 THEN 0 ELSE probes END,
+	probe_at = CASE WHEN $12 THEN NULL ELSE probe_at END, probe_worker = CASE WHEN $12 THEN NULL ELSE probe_worker END,
+	circuit_opened_at = CASE WHEN $12 THEN NULL ELSE circuit_opened_at END`
 
 // DeleteEndpoint removes an endpoint from the API. Its history stays for the
 // dashboard; deliveries still scheduled for it become endpoint_disabled dead

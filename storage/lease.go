@@ -386,27 +386,6 @@ func (db *DB) ReleaseLease(ctx context.Context, deliveryID, token, reason string
 	return nil
 }
 
-// DueNow makes the deliveries of endpoint ep that wait for reason (its
-// open circuit, say, which has closed) due at now, and returns them.
-func (db *DB) DueNow(ctx context.Context, ep, reason string, now time.Time) ([]webhookd.ScheduledDelivery, error) {
-	rows, err := db.pool.Query(ctx, `UPDATE deliveries SET next_attempt_at = $3, waiting_reason = NULL
-		WHERE endpoint_id = $1 AND waiting_reason = $2 AND waiting_reason IN ('endpoint_busy', 'rate_limit', 'circuit_open')
-			AND status IN ('pending', 'retrying') AND next_attempt_at > $3
-		RETURNING id, endpoint_id, next_attempt_at`, ep, reason, now)
-	if err != nil {
-		return nil, fmt.Errorf("deliveries of %s due now: %w", ep, err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (webhookd.ScheduledDelivery, error) {
-		var s webhookd.ScheduledDelivery
-		err := r.Scan(&s.ID, &s.EndpointID, &s.DueAt)
-		return s, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("deliveries of %s due now: %w", ep, err)
-	}
-	return out, nil
-}
-
 // headersJSON is an attempt's header map as the JSON object its column
 // keeps (keys sorted).
 func headersJSON(h map[string]string) string {
