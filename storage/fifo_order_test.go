@@ -1,0 +1,109 @@
+package storage_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/internal/testenv"
+	"github.com/webhookd/webhookd/storage"
+)
+
+// fifoProject makes a project with an ordered endpoint and returns their
+// ids.
+func fifoProject(t *testing.T, db *storage.DB) (project, fifo string) {
+	t.Helper()
+	project = newProject(t, db)
+	ep, err := db.Store().CreateEndpoint(context.Background(), project, storage.NewEndpoint{URL: "http://127.0.0.1:9/",
+		Secret: "whsec_AAAA", Ordering: webhookd.OrderingFIFO}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return project, ep.ID
+}
+
+// blockedBy returns the backend blocked by backend pid, or 0.
+func blockedBy(t *testing.T, db *storage.DB, pid int32) int32 {
+	t.Helper()
+	var blocked int32
+	err := db.Pool().QueryRow(context.Background(), `SELECT coalesce(max(pid), 0) FROM pg_stat_activity
+		WHERE $1 = ANY (pg_blocking_pids(pid))`, pid).Scan(&blocked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return blocked
+}
+
+// TestFIFONumbersCommitInOrder: two event requests for one ordered
+// endpoint, through the real ingest path. A is held up before its commit
+// (another transaction inserts its external id and has not committed);
+// B, accepted after, must wait for A: else B's number commits first, is
+// the visible head of the queue and is claimed, and A's joins it in
+// flight once A commits.
+func TestFIFONumbersCommitInOrder(t *testing.T) {
+	t.Parallel()
+	db := testenv.DB(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	project, fifo := fifoProject(t, db)
+
+	hold, err := db.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Rollback(ctx)
+	var holder int32
+	if err := hold.QueryRow(ctx, `INSERT INTO events (id, project_id, type, data, external_id, created_at)
+		VALUES ('evt_hold', $1, 'a', '1', 'x', now()) RETURNING pg_backend_pid()`, project).Scan(&holder); err != nil {
+		t.Fatal(err)
+	}
+	create := func(ext *string) chan []webhookd.Event {
+		done := make(chan []webhookd.Event, 1)
+		go func() {
+			evs, err := db.Store().CreateEvents(ctx, project, []storage.NewEvent{{Type: "a", Data: json.RawMessage("1"),
+				ExternalID: ext, EndpointIDs: []string{fifo}}}, time.Now(), func(int) string { return "" })
+			if err != nil {
+				t.Error(err)
+			}
+			done <- evs
+		}()
+		return done
+	}
+	x := "x"
+	aDone := create(&x)
+	var a int32
+	within(t, 5*time.Second, func() bool { a = blockedBy(t, db, holder); return a != 0 })
+	bDone := create(nil)
+	var bEvs []webhookd.Event
+	within(t, 5*time.Second, func() bool {
+		select {
+		case bEvs = <-bDone:
+			return true
+		default:
+			return blockedBy(t, db, a) != 0
+		}
+	})
+	if bEvs != nil {
+		t.Errorf("B committed while A, accepted before it, was still open")
+	}
+	if err := hold.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	aEvs := <-aDone
+	if bEvs == nil {
+		bEvs = <-bDone
+	}
+	if aEvs == nil || bEvs == nil {
+		t.Fatal("a request failed")
+	}
+	var seqA, seqB int64
+	if err := db.Pool().QueryRow(ctx, `SELECT (SELECT fifo_seq FROM deliveries WHERE event_id = $1),
+		(SELECT fifo_seq FROM deliveries WHERE event_id = $2)`, aEvs[0].ID, bEvs[0].ID).Scan(&seqA, &seqB); err != nil {
+		t.Fatal(err)
+	}
+	if seqA >= seqB {
+		t.Errorf("A's number %d is not below B's %d", seqA, seqB)
+	}
+}
