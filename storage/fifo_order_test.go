@@ -107,3 +107,44 @@ func TestFIFONumbersCommitInOrder(t *testing.T) {
 		t.Errorf("A's number %d is not below B's %d", seqA, seqB)
 	}
 }
+
+// TestTestEventTakesNoFIFOPlace: a test event to an ordered endpoint is
+// made at once (SPEC): its delivery has no place in the queue, so it
+// neither waits behind the head nor holds up the events after it.
+func TestTestEventTakesNoFIFOPlace(t *testing.T) {
+	t.Parallel()
+	db := testenv.DB(t)
+	ctx := context.Background()
+	project, fifo := fifoProject(t, db)
+	create := func(trigger string) string {
+		t.Helper()
+		evs, err := db.Store().CreateEvents(ctx, project, []storage.NewEvent{{Type: "a", Data: json.RawMessage("1"),
+			EndpointIDs: []string{fifo}, Trigger: trigger}}, time.Now(), func(int) string { return "" })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return evs[0].Deliveries[0].ID
+	}
+	test := create(webhookd.TriggerTest) // waiting, never claimed
+	auto := create("")
+	var testSeq, autoSeq *int64
+	if err := db.Pool().QueryRow(ctx, `SELECT (SELECT fifo_seq FROM deliveries WHERE id = $1),
+		(SELECT fifo_seq FROM deliveries WHERE id = $2)`, test, auto).Scan(&testSeq, &autoSeq); err != nil {
+		t.Fatal(err)
+	}
+	if testSeq != nil {
+		t.Fatalf("the test event's delivery has fifo_seq %d, want none", *testSeq)
+	}
+	if autoSeq == nil {
+		t.Fatal("the next event's delivery has no fifo_seq")
+	}
+	now := time.Now().Add(time.Second)
+	ls, err := db.ClaimDeliveries(ctx, now, now.Add(time.Minute), []storage.Claim{{DeliveryID: auto,
+		Token: storage.NewRequestID(), Mode: storage.ClaimAuto}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ls[0].Held || ls[0].Behind {
+		t.Errorf("the event after a waiting test event: held %v, behind %v; want it the queue's head", ls[0].Held, ls[0].Behind)
+	}
+}

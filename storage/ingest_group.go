@@ -406,5 +406,13 @@ func (r *eventRows) write(c *ingestCall, eps []endpointMatch) ([]webhookd.Event,
 			fifo[e.id] = true
 		}
 	}
-	return r.add(c.k.project, c.req.Events, targets, fifo, c.req.Now), nil
+	d, from := &r.deliveries, len(r.deliveries.fifo)
+	evs := r.add(c.k.project, c.req.Events, targets, fifo, c.req.Now)
+	// A test event is made at once (SPEC): its deliveries take no place in
+	// an ordered endpoint's queue, where they would wait behind a failing
+	// head, and hold up every later event while they waited.
+	for i := from; i < len(d.fifo); i++ {
+		d.fifo[i] = d.fifo[i] && d.triggers[i] != webhookd.TriggerTest
+	}
+	return evs, nil
 }
