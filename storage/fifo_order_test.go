@@ -59,15 +59,16 @@ func TestFIFONumbersCommitInOrder(t *testing.T) {
 		VALUES ('evt_hold', $1, 'a', '1', 'x', now()) RETURNING pg_backend_pid()`, project).Scan(&holder); err != nil {
 		t.Fatal(err)
 	}
-	create := func(ext *string) chan []webhookd.Event {
-		done := make(chan []webhookd.Event, 1)
+	type created struct {
+		evs []webhookd.Event
+		err error
+	}
+	create := func(ext *string) chan created {
+		done := make(chan created, 1)
 		go func() {
 			evs, err := db.Store().CreateEvents(ctx, project, []storage.NewEvent{{Type: "a", Data: json.RawMessage("1"),
 				ExternalID: ext, EndpointIDs: []string{fifo}}}, time.Now(), func(int) string { return "" })
-			if err != nil {
-				t.Error(err)
-			}
-			done <- evs
+			done <- created{evs, err}
 		}()
 		return done
 	}
@@ -76,31 +77,33 @@ func TestFIFONumbersCommitInOrder(t *testing.T) {
 	var a int32
 	within(t, 5*time.Second, func() bool { a = blockedBy(t, db, holder); return a != 0 })
 	bDone := create(nil)
-	var bEvs []webhookd.Event
+	var b *created
 	within(t, 5*time.Second, func() bool {
 		select {
-		case bEvs = <-bDone:
+		case c := <-bDone:
+			b = &c
 			return true
 		default:
 			return blockedBy(t, db, a) != 0
 		}
 	})
-	if bEvs != nil {
-		t.Errorf("B committed while A, accepted before it, was still open")
+	if b != nil {
+		t.Errorf("B ended (%v) while A, accepted before it, was still open", b.err)
 	}
 	if err := hold.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	aEvs := <-aDone
-	if bEvs == nil {
-		bEvs = <-bDone
+	ra := <-aDone
+	if b == nil {
+		c := <-bDone
+		b = &c
 	}
-	if aEvs == nil || bEvs == nil {
-		t.Fatal("a request failed")
+	if ra.err != nil || b.err != nil {
+		t.Fatalf("A: %v; B: %v", ra.err, b.err)
 	}
 	var seqA, seqB int64
 	if err := db.Pool().QueryRow(ctx, `SELECT (SELECT fifo_seq FROM deliveries WHERE event_id = $1),
-		(SELECT fifo_seq FROM deliveries WHERE event_id = $2)`, aEvs[0].ID, bEvs[0].ID).Scan(&seqA, &seqB); err != nil {
+		(SELECT fifo_seq FROM deliveries WHERE event_id = $2)`, ra.evs[0].ID, b.evs[0].ID).Scan(&seqA, &seqB); err != nil {
 		t.Fatal(err)
 	}
 	if seqA >= seqB {
