@@ -164,7 +164,8 @@ type Worker struct {
 	reconciler *Reconciler
 	retention  *Retention
 	holder     *holder
-	heart      loop // the heartbeat
+	heart      loop     // the heartbeat
+	alive      liveness // when the heartbeat last landed
 	// warm runs attempts on goroutines that outlive a task: asynq starts
 	// one per task, and an attempt's call path grew each one's stack anew.
 	warm *warm.Pool
@@ -254,10 +255,23 @@ func (w *Worker) Start(ctx context.Context) error {
 const heartbeatInterval = time.Second
 
 // beat records that this worker is alive, with its endpoints' limits and
-// requests in flight for the dashboard.
+// requests in flight for the dashboard, and when it landed (w.alive). A
+// failure is logged once, until a beat lands again: with beats every
+// second, a log line each would flood the log of a worker cut off from
+// PostgreSQL.
 func (w *Worker) beat(ctx context.Context) {
-	if err := w.cfg.DB.Beat(ctx, w.Deliverer.worker, w.Deliverer.gate.loads()); err != nil && ctx.Err() == nil {
-		w.cfg.Logger.Warn("heartbeat failed", "err", err)
+	sent := time.Now()
+	err := w.cfg.DB.Beat(ctx, w.Deliverer.worker, w.Deliverer.gate.loads())
+	switch {
+	case err == nil:
+		if w.alive.landed(sent) {
+			w.cfg.Logger.Info("heartbeats land again")
+		}
+	case ctx.Err() != nil: // stopping
+	case w.alive.failed():
+		ago, ok := w.alive.since(time.Now())
+		w.cfg.Logger.Warn("heartbeat failed; once the last that landed is older than storage.WorkerStale, "+
+			"other processes void this worker's leases", "err", err, "last_landed_ago", ago, "ever_landed", ok)
 	}
 }
 

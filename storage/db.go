@@ -28,7 +28,15 @@ var migrations embed.FS
 // DB is the PostgreSQL store of one webhookd deployment.
 type DB struct {
 	pool *pgxpool.Pool
-	box  *secretBox // nil: secrets stored as they are
+	// heart is the heartbeat's own pool of one connection (Beat): a beat
+	// never waits for the shared pool, so a pool exhausted by a stall does
+	// not stop the beats and get this process's live leases voided. A pool
+	// rather than one pgx.Conn: it serializes the beats, and reconnects by
+	// itself after a broken connection or a beat cut off by its timeout
+	// (which closes the connection it ran on). It connects on the first
+	// beat, so a process that does not beat opens no connection for it.
+	heart *pgxpool.Pool
+	box   *secretBox // nil: secrets stored as they are
 
 	cache endpointCache // the endpoints event requests match, per project
 }
@@ -66,6 +74,9 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 		pc.ConnConfig.RuntimeParams["application_name"] = "webhookd " + cfg.SearchPath
 	}
 	pc.ConnConfig.RuntimeParams["timezone"] = "UTC"
+	hc := pc.Copy()
+	hc.MaxConns, hc.MinConns = 1, 0
+	hc.ConnConfig.RuntimeParams["application_name"] += " heartbeat"
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("connect database: %w", err)
@@ -74,14 +85,22 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 		pool.Close()
 		return nil, fmt.Errorf("ping database: %w", err)
 	}
-	return &DB{pool: pool, box: box}, nil
+	heart, err := pgxpool.NewWithConfig(ctx, hc)
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect database: %w", err)
+	}
+	return &DB{pool: pool, heart: heart, box: box}, nil
 }
 
 // Pool returns the underlying pool (for tests and health checks).
 func (db *DB) Pool() *pgxpool.Pool { return db.pool }
 
-// Close closes the pool.
-func (db *DB) Close() { db.pool.Close() }
+// Close closes the pools.
+func (db *DB) Close() {
+	db.pool.Close()
+	db.heart.Close()
+}
 
 // Ping reports whether PostgreSQL answers.
 func (db *DB) Ping(ctx context.Context) error { return db.pool.Ping(ctx) }

@@ -23,8 +23,9 @@ import (
 // busy key, an external id taken meanwhile, or endpoints that changed
 // since they were read send the request back to wait or to go again. A
 // row lock waited for longer than lockTimeout (0: no limit) fails the
-// group, which then writes nothing. opened is called as the round trip
-// is sent.
+// group, which then writes nothing. A group with deliveries to ordered
+// endpoints first waits for their locks (lockFIFOSQL). opened is called
+// as the round trip is sent.
 func (db *DB) ingestGroup(ctx context.Context, group []*ingestCall, lockTimeout time.Duration, opened func()) error {
 	defer opened()
 	var projects []string
@@ -40,6 +41,11 @@ func (db *DB) ingestGroup(ctx context.Context, group []*ingestCall, lockTimeout 
 	w := db.prepareGroup(group, eps)
 	opened() // the next group may gather meanwhile
 	b := &pgx.Batch{}
+	if eps := w.fifoEndpoints(); len(eps) > 0 {
+		// Before lock_timeout is set: the wait is for an earlier group's
+		// commit, bounded by that group's own timeouts.
+		b.Queue(lockFIFOSQL, eps)
+	}
 	// The statement runs a generic plan (planSettings).
 	b.Queue(`SELECT set_config('lock_timeout', $1, true), `+genericPlans, strconv.FormatInt(lockTimeout.Milliseconds(), 10))
 	var states []groupState
@@ -170,6 +176,34 @@ func (db *DB) prepareGroup(group []*ingestCall, eps map[string][]endpointMatch) 
 	return w
 }
 
+// fifoEndpoints returns the ordered endpoints the group writes
+// deliveries to, sorted and each once (lockFIFOSQL's argument).
+func (w *groupRows) fifoEndpoints() []string {
+	var eps []string
+	for i, fifo := range w.rows.deliveries.fifo {
+		if fifo {
+			eps = append(eps, w.rows.deliveries.endpoints[i])
+		}
+	}
+	slices.Sort(eps)
+	return slices.Compact(eps)
+}
+
+// lockFIFOSQL takes the transaction-level advisory lock of each ordered
+// endpoint of $1 before the group's deliveries take their numbers from
+// deliveries_fifo_seq: a sequence hands numbers out in the order they are
+// asked for, not the order their transactions commit, so without the lock
+// a later number could commit first, be claimed as its endpoint's head,
+// and go in flight beside the earlier one. With it, a group that writes
+// to an ordered endpoint waits for the one before to commit, so numbers
+// commit in order. $1 is sorted (fifoEndpoints), and the locks are taken
+// in its order: two groups never wait on each other in a cycle. It is its
+// own statement, sent only when a group has an ordered endpoint, so other
+// groups pay nothing; and it comes first, so that the group's statement
+// takes its snapshot after the earlier group's commit.
+const lockFIFOSQL = `SELECT pg_advisory_xact_lock(hashtextextended(ep, 0))
+	FROM unnest($1::text[]) WITH ORDINALITY AS t(ep, n) ORDER BY n`
+
 func (w *groupRows) args() []any {
 	args := append(w.req.args(), w.remember,
 		w.fresh.projects, w.fresh.digests, w.fresh.listed, w.fresh.types, w.ext.req, w.ext.ids)
@@ -272,7 +306,7 @@ func (db *DB) scanGroupStates(rows pgx.Rows, calls []*ingestCall) ([]groupState,
 // is answered by the key's stored record when there is one: only those
 // look it up (stored), so a new key costs one index probe, the insert's.
 // A delivery to an ordered endpoint takes its place in the endpoint's
-// queue, in the order of the rows. The deliveries' foreign keys are
+// queue, in the order of the rows, under the endpoint's lock (lockFIFOSQL). The deliveries' foreign keys are
 // checked at the statement's end, when the events are in.
 //
 // It returns rows of what it found, of the kinds scanGroupStates reads
@@ -372,5 +406,13 @@ func (r *eventRows) write(c *ingestCall, eps []endpointMatch) ([]webhookd.Event,
 			fifo[e.id] = true
 		}
 	}
-	return r.add(c.k.project, c.req.Events, targets, fifo, c.req.Now), nil
+	d, from := &r.deliveries, len(r.deliveries.fifo)
+	evs := r.add(c.k.project, c.req.Events, targets, fifo, c.req.Now)
+	// A test event is made at once (SPEC): its deliveries take no place in
+	// an ordered endpoint's queue, where they would wait behind a failing
+	// head, and hold up every later event while they waited.
+	for i := from; i < len(d.fifo); i++ {
+		d.fifo[i] = d.fifo[i] && d.triggers[i] != webhookd.TriggerTest
+	}
+	return evs, nil
 }

@@ -2,28 +2,96 @@ package storage
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
 
-// AsLeader runs fn unless another process runs the task called name in the
-// same schema right now, and tells whether it ran. The turn is a
-// transaction-level advisory lock held on one connection for fn's
-// duration, so a process that dies gives it up with its connection.
+// leaderTTL is how long a turn lasts unless its holder renews it: well
+// above one pass, so that it runs out only when the holder is gone (dead,
+// or cut off from PostgreSQL), and then the task waits at most this long
+// for another process. A turn is renewed every third of it while fn runs.
+const leaderTTL = 60 * time.Second
+
+// errLostTurn ends fn's context when its turn could not be renewed:
+// another process may be running the task now.
+var errLostTurn = errors.New("leader: the turn could not be renewed")
+
+// AsLeader runs fn unless another process (or another call here) runs the
+// task called name in the same schema right now, and tells whether it
+// ran. The turn is a lease in the leaders table, timed by PostgreSQL's
+// clock, renewed while fn runs and given up when it returns. It holds no
+// connection meanwhile: fn may use the whole pool (a turn held as a
+// transaction's advisory lock kept one connection, and with the pool
+// exhausted fn waited for a connection only its own return freed). If a
+// renewal fails, fn's context ends with errLostTurn as its cause.
 func (db *DB) AsLeader(ctx context.Context, name string, fn func(ctx context.Context) error) (bool, error) {
-	var ran bool
-	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
-		var got bool // the key: 64 bits of md5(schema + name)
-		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock(('x' || substr(md5(current_schema() || $1), 1, 16))::bit(64)::bigint)`,
-			name).Scan(&got); err != nil {
-			return fmt.Errorf("leader lock %s: %w", name, err)
+	holder := newID("ldr_") // per call: two calls in one process take turns too
+	if got, err := db.takeTurn(ctx, name, holder); err != nil || !got {
+		return false, err
+	}
+	fnCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := db.keepTurn(fnCtx, cancel, name, holder)
+	err := fn(fnCtx)
+	stop() // before the turn is given up: a renewal after would take it again
+	return true, errors.Join(err, db.giveTurnUp(ctx, name, holder))
+}
+
+// takeTurn takes or renews holder's turn of name for leaderTTL, and
+// tells whether holder has it: a turn is free once it has run out.
+func (db *DB) takeTurn(ctx context.Context, name, holder string) (bool, error) {
+	var got bool
+	err := db.pool.QueryRow(ctx, `INSERT INTO leaders (name, holder, until) VALUES ($1, $2, now() + make_interval(secs => $3))
+		ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, until = EXCLUDED.until
+		WHERE leaders.until <= now() OR leaders.holder = EXCLUDED.holder
+		RETURNING true`, name, holder, leaderTTL.Seconds()).Scan(&got)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("leader %s: %w", name, err)
+	}
+	return got, nil
+}
+
+// keepTurn renews holder's turn of name every third of leaderTTL until
+// the returned stop is called, which waits for a renewal under way. A
+// renewal that fails cancels ctx with errLostTurn.
+func (db *DB) keepTurn(ctx context.Context, cancel context.CancelCauseFunc, name, holder string) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		ticker := time.NewTicker(leaderTTL / 3)
+		defer ticker.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-ticker.C:
+			}
+			if got, err := db.takeTurn(ctx, name, holder); err != nil || !got {
+				cancel(errors.Join(errLostTurn, err))
+				return
+			}
 		}
-		if !got {
-			return nil
-		}
-		ran = true
-		return fn(ctx)
 	})
-	return ran, err
+	return func() { close(done); wg.Wait() }
+}
+
+// giveTurnUp ends holder's turn of name at once, also when ctx has ended:
+// else the task waits for leaderTTL.
+func (db *DB) giveTurnUp(ctx context.Context, name, holder string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_, err := db.pool.Exec(ctx, `UPDATE leaders SET until = now() WHERE name = $1 AND holder = $2`, name, holder)
+	if err != nil {
+		return fmt.Errorf("leader %s: give the turn up: %w", name, err)
+	}
+	return nil
 }

@@ -20,9 +20,15 @@ type EndpointLoad struct {
 	InFlight int
 }
 
+// beatTimeout bounds one beat: well below WorkerStale, so that a beat
+// stuck on a broken connection gives way to the next one, on a new
+// connection, before this worker is judged dead.
+const beatTimeout = 2 * time.Second
+
 // Beat records that worker id is alive, with its endpoints' loads. Times
 // are PostgreSQL's own, so that every process judges staleness by one
-// clock.
+// clock. It runs on a connection of its own (DB.heart), never waiting for
+// the shared pool, and gives up after beatTimeout.
 func (db *DB) Beat(ctx context.Context, id string, loads map[string]EndpointLoad) error {
 	enc := make(map[string][2]int, len(loads))
 	for ep, l := range loads {
@@ -32,7 +38,9 @@ func (db *DB) Beat(ctx context.Context, id string, loads map[string]EndpointLoad
 	if err != nil {
 		return fmt.Errorf("heartbeat: %w", err)
 	}
-	_, err = db.pool.Exec(ctx, `INSERT INTO workers (id, started_at, beat_at, limits) VALUES ($1, now(), now(), $2)
+	ctx, cancel := context.WithTimeout(ctx, beatTimeout)
+	defer cancel()
+	_, err = db.heart.Exec(ctx, `INSERT INTO workers (id, started_at, beat_at, limits) VALUES ($1, now(), now(), $2)
 		ON CONFLICT (id) DO UPDATE SET beat_at = now(), limits = EXCLUDED.limits`, id, b)
 	if err != nil {
 		return fmt.Errorf("heartbeat: %w", err)

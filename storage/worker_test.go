@@ -136,3 +136,52 @@ func TestDeadWorkersProbeIsFreed(t *testing.T) {
 		t.Fatal("the dead worker's probe was not freed: the endpoint waits for its time to run out")
 	}
 }
+
+// TestBeatWithThePoolExhausted: a worker beats while every connection of
+// the shared pool is taken (a stall elsewhere in the process), so its live
+// leases are not voided; a beat held up in PostgreSQL gives up within its
+// timeout, and the next one lands.
+func TestBeatWithThePoolExhausted(t *testing.T) {
+	t.Parallel()
+	migrated := testenv.DB(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var schema string
+	if err := migrated.Pool().QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+		t.Fatal(err)
+	}
+	db, err := storage.Open(ctx, storage.Config{URL: testenv.DatabaseURL(), SearchPath: schema, MaxConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	conn, err := db.Pool().Acquire(ctx) // the pool's only connection
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	w := storage.NewWorkerID()
+	beatCtx, beatCancel := context.WithTimeout(ctx, 3*time.Second)
+	defer beatCancel()
+	if err := db.Beat(beatCtx, w, nil); err != nil {
+		t.Fatalf("beat with the pool exhausted: %v", err)
+	}
+
+	hold, err := conn.Begin(ctx) // holds the worker's row: the next beat waits in PostgreSQL
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hold.Exec(ctx, `SELECT FROM workers WHERE id = $1 FOR UPDATE`, w); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := db.Beat(ctx, w, nil); err == nil || ctx.Err() != nil || time.Since(start) > storage.WorkerStale {
+		t.Fatalf("a held-up beat returned %v after %v; want it to give up before the worker is stale", err, time.Since(start))
+	}
+	if err := hold.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Beat(ctx, w, nil); err != nil {
+		t.Fatalf("the beat after one that gave up: %v", err)
+	}
+}
