@@ -11,10 +11,11 @@ import (
 )
 
 // leaderTTL is how long a turn lasts unless its holder renews it: well
-// above one pass, so that it runs out only when the holder is gone (dead,
+// above one pass (renewed while it runs), so that it runs out only when the
+// holder is gone (dead,
 // or cut off from PostgreSQL), and then the task waits at most this long
 // for another process. A turn is renewed every third of it while fn runs.
-const leaderTTL = 60 * time.Second
+const leaderTTL = 15 * time.Second
 
 // errLostTurn ends fn's context when its turn could not be renewed:
 // another process may be running the task now.
