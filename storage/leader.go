@@ -10,11 +10,10 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// leaderTTL is how long a turn lasts unless its holder renews it: well
-// above one pass (renewed while it runs), so that it runs out only when the
-// holder is gone (dead,
-// or cut off from PostgreSQL), and then the task waits at most this long
-// for another process. A turn is renewed every third of it while fn runs.
+// leaderTTL is how long a turn lasts unless its holder renews it (every
+// third of it while fn runs), so that it runs out only when the holder is
+// gone (dead, or cut off from PostgreSQL); the task then waits at most this
+// long for another process.
 const leaderTTL = 15 * time.Second
 
 // errLostTurn ends fn's context when its turn could not be renewed:
