@@ -136,18 +136,16 @@ func Decide(f Facts) Action {
 		// (or the failures that opened the circuit) failed lately.
 		return Action{Verdict: DeadLetter, Reason: webhookd.ReasonExhausted}
 	}
-	// Until the probe, or the end of its window if that comes first. While
-	// a probe is in flight, probe_at is only its lease's end: look again
-	// after the first probe's wait, about when a failed probe sets the
-	// next one (a probe that succeeds makes the waiting deliveries due).
-	at := *f.ProbeAt
-	if f.Circuit == webhookd.CircuitProbing {
-		at = earliest(at, f.Now.Add(f.FirstProbe))
-	}
+	// The probe is not due: until the end of its window. The probe has a
+	// wake-up of its own (Queue.EnqueueProbe), which makes one waiting
+	// delivery due, and a probe that succeeds makes the others wait only
+	// for room: so a backlog held by an open circuit is not woken at every
+	// probe. Past its window while a probe is in flight, it looks again
+	// after the first probe's wait (the probe may yet close the circuit).
 	if end := f.CreatedAt.Add(f.Window); end.After(f.Now) {
-		at = earliest(at, end)
+		return Action{Verdict: Wait, At: end, Reason: WaitCircuitOpen}
 	}
-	return Action{Verdict: Wait, At: at, Reason: WaitCircuitOpen}
+	return Action{Verdict: Wait, At: f.Now.Add(f.FirstProbe), Reason: WaitCircuitOpen}
 }
 
 // notHeld decides for a claim that did not get the delivery.

@@ -58,7 +58,8 @@ func TestDecide(t *testing.T) {
 			Action{Verdict: Refuse}},
 
 		// The breaker.
-		{"open circuit, probe ahead: wait for it", with(open(20 * time.Second)), wait(now.Add(20*time.Second), WaitCircuitOpen)},
+		{"open circuit, probe ahead: wait until the window's end (the probe has its own wake-up)", with(open(20 * time.Second)),
+			wait(now.Add(-time.Minute+window), WaitCircuitOpen)},
 		{"open circuit, probe due: probe", with(open(0)), probe},
 		{"open circuit, probe overdue: probe", with(open(-time.Hour)), probe},
 		{"open circuit, window passed, probe ahead: dead letter", with(func(f *Facts) {
@@ -73,9 +74,9 @@ func TestDecide(t *testing.T) {
 			open(10 * time.Minute)(f)
 			f.CreatedAt = now.Add(-window + time.Minute)
 		}), wait(now.Add(time.Minute), WaitCircuitOpen)},
-		{"probe in flight: look again after the first probe's wait", with(func(f *Facts) {
+		{"probe in flight: wait until the window's end", with(func(f *Facts) {
 			f.Circuit, f.ProbeAt = webhookd.CircuitProbing, at(time.Hour)
-		}), wait(now.Add(30*time.Second), WaitCircuitOpen)},
+		}), wait(now.Add(-time.Minute+window), WaitCircuitOpen)},
 		{"probe in flight, window passed: not dead (its probe may succeed)", with(func(f *Facts) {
 			f.Circuit, f.ProbeAt, f.CreatedAt = webhookd.CircuitProbing, at(time.Hour), now.Add(-2*window)
 		}), wait(now.Add(30*time.Second), WaitCircuitOpen)},
@@ -96,7 +97,7 @@ func TestDecide(t *testing.T) {
 			f.Kind, f.FIFO, f.Behind, f.Status = KindManual, true, true, webhookd.DeliveryDeadLetter
 		}), send},
 		{"ordered head with an open circuit waits for the probe", with(func(f *Facts) { f.FIFO = true; open(time.Minute)(f) }),
-			wait(now.Add(time.Minute), WaitCircuitOpen)},
+			wait(now.Add(-time.Minute+window), WaitCircuitOpen)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -52,6 +52,7 @@ type Deliverer struct {
 	gate           *gate
 	holder         *holder
 	worker         string // this process's id: its heartbeat's, and its leases'
+	alive          *liveness // when its heartbeat last landed; nil: not known
 	circuit        storage.CircuitConfig
 }
 
@@ -185,13 +186,13 @@ func (d *Deliverer) attempt(ctx context.Context, r Request) (Result, error) {
 		slot = endpointSlot{gate: d.gate, ep: r.EndpointID}
 	default:
 		if !d.gate.admit(r.EndpointID) {
-			return Result{}, d.holder.hold(ctx, r.EndpointID, r.taskID(), d.clock.Now(), WaitEndpointBusy)
+			return Result{}, d.holder.hold(ctx, r.EndpointID, r.DeliveryID, WaitEndpointBusy)
 		}
 		admitted = true
 		if rate, ok := d.gate.rate(r.EndpointID); ok && auto { // known from an earlier claim: no database work if held back
 			rateChecked = true
-			if at, ok := d.allowed(ctx, r.EndpointID, rate); !ok {
-				return Result{}, d.holder.hold(ctx, r.EndpointID, r.taskID(), at, WaitRateLimit)
+			if _, ok := d.allowed(ctx, r.EndpointID, rate); !ok {
+				return Result{}, d.holder.hold(ctx, r.EndpointID, r.DeliveryID, WaitRateLimit)
 			}
 		}
 	}
@@ -254,7 +255,25 @@ func (d *Deliverer) attempt(ctx context.Context, r Request) (Result, error) {
 		slot.release()
 		return d.holdLeased(ctx, r, &l, d.circuitWait(&l, now), WaitCircuitOpen)
 	}
+	if d.leaseInDoubt() {
+		// Its heartbeats have not landed for a while: another process may
+		// have voided its leases and given this delivery to another attempt
+		// (on an ordered endpoint, a second request in flight). Not sent.
+		slot.release()
+		return d.holdLeased(ctx, r, &l, now, WaitEndpointBusy)
+	}
 	return d.send(ctx, r, &l, &slot, probe)
+}
+
+// leaseInDoubt tells whether this worker's heartbeats stopped landing long
+// enough ago for its leases to be voided soon (storage.WorkerStale, less
+// a beat and a half for the request to start).
+func (d *Deliverer) leaseInDoubt() bool {
+	if d.alive == nil {
+		return false
+	}
+	ago, ok := d.alive.since(time.Now())
+	return ok && ago > storage.WorkerStale-3*heartbeatInterval/2
 }
 
 // send makes the request of a claimed delivery whose endpoint had room,
@@ -369,23 +388,34 @@ func (s *endpointSlot) release() {
 }
 
 // holdLeased gives a lease up without an attempt and holds the attempt
-// back until at for reason (a waiting reason, which an automatic attempt's
-// delivery records in PostgreSQL with its time): its task in the holder,
-// or a replay in its caller.
+// back for reason (a waiting reason). An automatic attempt's delivery
+// records the wait in PostgreSQL in the same statement: until at for an
+// open circuit, else until a freed slot wakes it (the holder). A person's
+// attempt leaves the delivery's own schedule alone: a manual one looks
+// again shortly, a replay waits in its caller.
 func (d *Deliverer) holdLeased(ctx context.Context, r Request, l *storage.Lease, at time.Time, reason string) (Result, error) {
-	waits := reason
-	if r.kind() != KindAuto {
-		waits = "" // a person's attempt held back leaves the delivery's own schedule alone
+	ep := l.Delivery.EndpointID
+	waits := ""
+	if r.kind() == KindAuto {
+		waits = reason
+		if reason != WaitCircuitOpen {
+			at = d.clock.Now().Add(holdFor)
+		}
 	}
 	if err := d.db.ReleaseLease(context.WithoutCancel(ctx), l.Delivery.ID, l.Token, waits, at); err != nil {
 		return Result{}, err
 	}
-	res := Result{Status: l.Delivery.Status, HeldFor: l.Delivery.EndpointID}
-	if r.Replay { // no task to park: Replay waits for the endpoint's room
-		d.holder.held.WithLabelValues(reason).Inc()
+	res := Result{Status: l.Delivery.Status, HeldFor: ep}
+	d.holder.held.WithLabelValues(reason).Inc()
+	switch {
+	case r.Replay: // no task to park: Replay waits for the endpoint's room
 		return res, &RetryAt{At: at, Reason: "held back: " + reason}
+	case r.Manual:
+		return res, d.holder.holdManual()
+	case reason != WaitCircuitOpen:
+		d.holder.remember(ep)
 	}
-	return res, d.holder.hold(ctx, l.Delivery.EndpointID, r.taskID(), at, reason)
+	return res, &RetryAt{At: at, Reason: "held back: " + reason}
 }
 
 // record records an attempt, trying again for a while when PostgreSQL

@@ -239,16 +239,17 @@ func TestHeldBacklogMovesAsSlotsFree(t *testing.T) {
 	t.Logf("20 deliveries of 50 ms at 2 in flight took %v", time.Since(start))
 }
 
-// TestReconcilerLeavesHeldDeliveriesToTheHolder: deliveries held back at
-// a hanging endpoint's cap sleep until the holder wakes them, not for a
-// few minutes at a time, and a reconciler pass does not offer them to the
-// queue again; once Redis has lost them (the holder's sets with their
-// tasks), a pass does, and none is lost.
-func TestReconcilerLeavesHeldDeliveriesToTheHolder(t *testing.T) {
+// TestHeldDeliveriesWaitInPostgreSQL: deliveries held back at a hanging
+// endpoint's cap wait in PostgreSQL (endpoint_busy, their time far off) and
+// their tasks sleep, not for a few minutes at a time; a reconciler pass
+// does not offer them, before or after Redis lost their tasks; and once the
+// endpoint answers, the slots that free wake them all (a lost task gets a
+// new one), none lost and none attempted twice.
+func TestHeldDeliveriesWaitInPostgreSQL(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(c *dispatcher.Config) { c.EndpointInitialLimit = 2; c.HTTP.ResponseTimeout = time.Minute })
 	h := newHanging(t)
-	e.endpoint(h.URL, nil)
+	ep := e.endpoint(h.URL, nil)
 	ids := e.publish("a", 10)
 	insp := asynq.NewInspectorFromRedisClient(e.redis)
 	waitFor(t, 10*time.Second, "2 in flight, 8 held asleep", func() bool {
@@ -264,6 +265,10 @@ func TestReconcilerLeavesHeldDeliveriesToTheHolder(t *testing.T) {
 			t.Fatalf("a held task runs again by itself in %v: the held backlog churns", until.Round(time.Second))
 		}
 	}
+	waitFor(t, 5*time.Second, "8 deliveries waiting endpoint_busy in PostgreSQL", func() bool {
+		return e.count(`SELECT count(*) FROM deliveries WHERE endpoint_id = $1 AND waiting_reason = 'endpoint_busy'
+			AND next_attempt_at > now() + interval '30 minutes'`, ep.ID) == 8
+	})
 	rec := &dispatcher.Reconciler{DB: e.db, Queue: e.worker.Queue, Clock: webhookd.SystemClock{}, Grace: -1}
 	if n := pass(t, rec); n != 0 {
 		t.Fatalf("a reconciler pass offered %d deliveries, want none: 2 are in flight and 8 held", n)
@@ -271,8 +276,8 @@ func TestReconcilerLeavesHeldDeliveriesToTheHolder(t *testing.T) {
 	if err := e.redis.FlushDB(context.Background()).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if n := pass(t, rec); n != 8 {
-		t.Fatalf("after Redis lost them a pass offered %d deliveries, want the 8 held", n)
+	if n := pass(t, rec); n != 0 {
+		t.Fatalf("after Redis lost their tasks a pass offered %d deliveries, want none: PostgreSQL holds their wait", n)
 	}
 	h.release() // the endpoint answers again
 	for _, id := range ids {

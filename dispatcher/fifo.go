@@ -5,52 +5,37 @@ import (
 	"errors"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/storage"
 )
 
 // Ordered endpoints (ordering fifo, SPEC §3): PostgreSQL decides whose
 // turn it is — an automatic claim takes only the head of an endpoint's
-// queue (storage.ClaimDeliveries) — and Redis only carries the turn:
+// queue (storage.ClaimDeliveries), whose numbers follow commit order — and
+// asynq only carries the turn:
 //
-//   - a delivery whose claim finds others ahead of it waits in its
-//     endpoint's held set with a score far off (waitTurn), its task asleep,
-//     costing nothing however long the queue;
-//   - the attempt that ends the head (a success or a dead letter) reads
-//     the new head from PostgreSQL and attempts it itself, and so on down
-//     the queue (passTurn); where it stops, the head's task is parked for
-//     its time or moved to the front of the held set (score 0), where the
-//     holder wakes it;
+//   - a delivery whose claim finds others ahead of it waits, fifo_turn in
+//     PostgreSQL, its task asleep far off (waitTurn), costing nothing
+//     however long the queue;
+//   - the attempt that ends the head (a success, a dead letter of any
+//     kind) reads the new head from PostgreSQL and attempts it itself, and
+//     so on down the queue (passTurn); where it stops, the head's task is
+//     scheduled for its time, or run now (Queue.Wake);
 //   - should that step be lost (the worker killed between the record and
 //     the wake, Redis flushed), the reconciler finds every queue's head
-//     that is due and not leased, and moves it to the front the same way
-//     (Queue.promote); a head with no task at all gets one like any due
-//     delivery.
+//     that is due and not leased, and wakes it the same way.
 //
 // So a kill, a Redis loss or a second worker can delay a queue but never
 // run two of its deliveries at once or out of order.
 
-// waitTurn parks the task id of a delivery that is not the head of its
-// endpoint's queue until passTurn or the reconciler moves it to the
-// front. ZADD LT: if the turn came while its claim was on the way (the
-// score is 0 already), it stays at the front.
+// waitTurn holds back delivery id, which is not the head of its endpoint's
+// queue, until passTurn or the reconciler wakes it.
 func (h *holder) waitTurn(ctx context.Context, ep, id string) error {
-	at := h.clock.Now().Add(holdFor)
-	if err := h.queue.park(ctx, ep, id, float64(at.UnixMilli()), true); err != nil { // cannot park it: look again soon instead
-		return &RetryAt{At: h.clock.Now().Add(h.interval * 10), Reason: WaitFIFOTurn}
+	if _, err := h.holds.Do(context.WithoutCancel(ctx), storage.Hold{DeliveryID: id, Reason: WaitFIFOTurn}); err != nil {
+		return &RetryAt{At: h.clock.Now().Add(time.Second), Reason: WaitFIFOTurn}
 	}
-	h.remember(ep)
 	h.held.WithLabelValues(WaitFIFOTurn).Inc()
-	return &RetryAt{At: at, Reason: "held back: waiting for its turn"}
-}
-
-// promote puts delivery id at the front of its endpoint's held set, so the
-// next wake of the endpoint (a holder's pass, in any worker) runs it: its
-// task is moved to pending, or made again if Redis lost it.
-func (q *Queue) promote(ctx context.Context, ep, id string) error {
-	return q.park(ctx, ep, id, 0, false)
+	return &RetryAt{At: h.clock.Now().Add(holdFor), Reason: "held back: waiting for its turn"}
 }
 
 // chainFor is how many deliveries of an ordered endpoint's queue one task
@@ -76,21 +61,21 @@ func (d *Deliverer) passTurn(ctx context.Context, ep string) {
 			return
 		}
 		if deadline, ok := ctx.Deadline(); n >= chainFor || ctx.Err() != nil || ok && time.Until(deadline) < d.attemptTimeout+5*time.Second {
-			d.wakeHead(context.WithoutCancel(ctx), ep, id)
+			d.holder.queue.Wake(context.WithoutCancel(ctx), ep, id)
 			return
 		}
 		res, err := d.attempt(ctx, Request{DeliveryID: id, EndpointID: ep, chained: true})
 		var at *RetryAt
 		switch {
 		case res.turn != "":
-			d.holder.drop(context.WithoutCancel(ctx), ep, id)
+			d.holder.queue.Drop(id) // its own task sleeps: done, it need not wake
 		case errors.As(err, &at):
-			// Its task sleeps in the held set until its time: a hold parked
-			// it sooner already (LT keeps the sooner time).
-			d.holder.queue.park(context.WithoutCancel(ctx), ep, id, float64(at.At.UnixMilli()), true)
+			// Its own task sleeps for its turn: it sleeps until then instead.
+			d.holder.queue.Drop(id)
+			d.holder.queue.Enqueue(context.WithoutCancel(ctx), webhookd.ScheduledDelivery{ID: id, EndpointID: ep, DueAt: at.At})
 			return
 		default:
-			d.wakeHead(context.WithoutCancel(ctx), ep, id)
+			d.holder.queue.Wake(context.WithoutCancel(ctx), ep, id)
 			return
 		}
 	}
@@ -125,39 +110,6 @@ func (d *Deliverer) claimNow(ctx context.Context, cs []storage.Claim) ([]storage
 	return ls, err
 }
 
-// wakeHead moves an ordered queue's head to the front of its endpoint's
-// held set and wakes it.
-func (d *Deliverer) wakeHead(ctx context.Context, ep, id string) {
-	if err := d.holder.queue.promote(ctx, ep, id); err != nil {
-		d.log.Debug("waking the next delivery of an ordered endpoint failed; the reconciler will", "endpoint_id", ep,
-			"delivery_id", id, "err", err)
-		return
-	}
-	d.holder.remember(ep)
-	d.holder.wake(ctx, ep)
-}
-
-// dropScript takes task ARGV[1] out of its endpoint's held set (KEYS[1])
-// and, if it sleeps in asynq's retry or scheduled set, deletes it: its
-// delivery is done, made by a chained attempt. ARGV[2] is the queue's asynq
-// key prefix (asynq v0.26's layout, as wakeScript follows it). A task that
-// is pending or running is left alone: it finds its delivery done.
-var dropScript = redis.NewScript(`
-redis.call('ZREM', KEYS[1], ARGV[1])
-local key = ARGV[2] .. 't:' .. ARGV[1]
-local state = redis.call('HGET', key, 'state')
-if state == 'retry' or state == 'scheduled' then
-	redis.call('ZREM', ARGV[2] .. state, ARGV[1])
-	redis.call('DEL', key)
-end
-return 0`)
-
-// drop forgets the parked task of a delivery a chained attempt finished.
-// Failing, it leaves a task that wakes to find its delivery done.
-func (h *holder) drop(ctx context.Context, ep, id string) {
-	dropScript.Run(ctx, h.rdb, []string{h.key(ep)}, id, "asynq:{"+h.queue.queue+"}:")
-}
-
 // leftQueue tells whether an applied record took a delivery out of its
 // ordered endpoint's queue, so the next one's turn has come.
 func leftQueue(l *storage.Lease, t storage.Transition) bool {
@@ -165,19 +117,16 @@ func leftQueue(l *storage.Lease, t storage.Transition) bool {
 	return l.FIFO && waiting && (t.Status == webhookd.DeliverySucceeded || t.Status == webhookd.DeliveryDeadLetter)
 }
 
-// promoteHeads moves the due, unleased head of every ordered endpoint's
-// queue to the front of its held set: the reconciler's backstop for a
-// turn that passTurn never passed on.
-func (r *Reconciler) promoteHeads(ctx context.Context) {
+// wakeHeads wakes the due, unleased head of every ordered endpoint's
+// queue: the reconciler's backstop for a turn that passTurn never passed
+// on.
+func (r *Reconciler) wakeHeads(ctx context.Context) {
 	heads, err := r.DB.FIFOHeads(ctx, r.Clock.Now().Add(-r.grace()))
 	if err != nil {
 		r.Logger.Warn("reconciler: reading the heads of ordered queues failed", "err", err)
 		return
 	}
 	for _, h := range heads {
-		if err := r.Queue.promote(ctx, h.EndpointID, h.ID); err != nil {
-			r.Logger.Warn("reconciler: waking the head of an ordered queue failed", "endpoint_id", h.EndpointID, "err", err)
-			return
-		}
+		r.Queue.Wake(ctx, h.EndpointID, h.ID)
 	}
 }

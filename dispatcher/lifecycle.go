@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/storage"
@@ -112,10 +111,20 @@ func (d *Deliverer) circuitChanged(ctx context.Context, c storage.CircuitChange)
 	case c.To == webhookd.CircuitClosed && c.From != webhookd.CircuitClosed:
 		d.log.Info("endpoint circuit closed", "endpoint_id", c.EndpointID)
 		d.metrics.circuits.WithLabelValues("closed").Inc()
-		d.holder.wakeAll(ctx, c.EndpointID) // ApplyCircuit made them due
+		// ApplyCircuit made the deliveries that waited for the probe wait
+		// for room instead: as many go now as the endpoint has room for,
+		// and each slot that frees wakes the next.
+		d.holder.remember(c.EndpointID)
+		d.holder.wake(context.WithoutCancel(ctx), c.EndpointID)
 	case c.To == webhookd.CircuitOpen && c.From == webhookd.CircuitClosed:
 		d.log.Warn("endpoint circuit opened", "endpoint_id", c.EndpointID, "failures", c.Failures, "next_probe_at", c.ProbeAt)
 		d.metrics.circuits.WithLabelValues("opened").Inc()
+	}
+	if c.To == webhookd.CircuitOpen && c.ProbeAt != nil {
+		// The probe's wake-up (lost, the reconciler offers it again).
+		if err := d.holder.queue.EnqueueProbe(context.WithoutCancel(ctx), c.EndpointID, *c.ProbeAt); err != nil {
+			d.log.Debug("probe not scheduled; the reconciler will", "endpoint_id", c.EndpointID, "err", err)
+		}
 	}
 	if c.Disabled {
 		d.log.Warn("endpoint disabled: no successful attempt within the disable window", "endpoint_id", c.EndpointID)
@@ -165,20 +174,3 @@ func (d *Deliverer) emit(ctx context.Context, projectID, about, typ string, data
 		d.log.Warn("operational event not created", "type", typ, "endpoint_id", about, "err", err)
 	}
 }
-
-// wakeAll makes every delivery held for ep due now (its circuit closed:
-// they waited for its next probe), and wakes as many as it has room for.
-func (h *holder) wakeAll(ctx context.Context, ep string) {
-	now := h.clock.Now()
-	if err := dueNowScript.Run(ctx, h.rdb, []string{h.key(ep)}, now.UnixMilli()).Err(); err != nil && err != redis.Nil {
-		return
-	}
-	h.wake(ctx, ep)
-}
-
-// dueNowScript gives every id of a held set (KEYS[1]) scored later than
-// ARGV[1] that score.
-var dueNowScript = redis.NewScript(`
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[1], '+inf')
-for _, id in ipairs(ids) do redis.call('ZADD', KEYS[1], ARGV[1], id) end
-return #ids`)

@@ -24,7 +24,9 @@ func TestCircuitOpensHoldsAndRecovers(t *testing.T) {
 	e := newEnv(t, func(c *dispatcher.Config) {
 		c.Concurrency = 20
 		c.EndpointInitialLimit = 1 // one request at a time: the failures are counted one by one
-		c.Schedule = dispatcher.Schedule{time.Second, time.Second, 2 * time.Second, 30 * time.Second, time.Minute}
+		// A delivery can reach its fourth attempt before the circuit opens:
+		// its next retry comes on schedule, 5 s later.
+		c.Schedule = dispatcher.Schedule{time.Second, time.Second, 2 * time.Second, 5 * time.Second, time.Minute}
 		c.Circuit = storage.CircuitConfig{After: 3, Probes: []time.Duration{time.Second, 2 * time.Second}}
 	})
 	down, set := switchable(t, http.StatusInternalServerError, 0)
@@ -68,6 +70,7 @@ func TestCircuitOpensHoldsAndRecovers(t *testing.T) {
 				}
 				t.Logf("task %v", e.redis.HGetAll(ctx, "asynq:{webhookd}:t:"+id).Val()["state"])
 				t.Logf("circuit %v", e.count(`SELECT count(*) FROM endpoints WHERE circuit = 'closed'`))
+				logAttempts(t, e, ep.ID)
 				e.waitStatus(id, webhookd.DeliverySucceeded, 0)
 			}
 			time.Sleep(50 * time.Millisecond)

@@ -1,13 +1,14 @@
 package dispatcher
 
 import (
-	"sync"
-	"sync/atomic"
-
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -20,6 +21,7 @@ import (
 const (
 	TaskDelivery = "webhookd:delivery" // an attempt of one delivery, TaskID = delivery id (manual: a request id)
 	TaskJob      = "webhookd:job"      // a background job, TaskID = job id
+	TaskProbe    = "webhookd:probe"    // the probe of an open circuit, TaskID = probe:<endpoint id>:<probe time>
 )
 
 // DefaultQueue is the asynq queue webhookd uses.
@@ -37,10 +39,11 @@ type deliveryTask struct {
 // Queue hands work to asynq. It is only a schedule: PostgreSQL stays the
 // authority, and the reconciler re-enqueues whatever did not arrive.
 type Queue struct {
-	client  *asynq.Client
-	rdb     redis.UniversalClient
-	queue   string
-	timeout time.Duration
+	client    *asynq.Client
+	inspector *asynq.Inspector
+	rdb       redis.UniversalClient
+	queue     string
+	timeout   time.Duration
 }
 
 // NewQueue returns a Queue on rdb (which the caller closes). taskTimeout
@@ -49,7 +52,8 @@ func NewQueue(rdb redis.UniversalClient, queue string, taskTimeout time.Duration
 	if queue == "" {
 		queue = DefaultQueue
 	}
-	return &Queue{client: asynq.NewClientFromRedisClient(rdb), rdb: rdb, queue: queue, timeout: taskTimeout}
+	return &Queue{client: asynq.NewClientFromRedisClient(rdb), inspector: asynq.NewInspectorFromRedisClient(rdb), rdb: rdb,
+		queue: queue, timeout: taskTimeout}
 }
 
 // Enqueue schedules an automatic attempt of each delivery at its due time,
@@ -61,45 +65,66 @@ func (q *Queue) Enqueue(ctx context.Context, ds ...webhookd.ScheduledDelivery) e
 }
 
 // EnqueueCounting is Enqueue, and tells how many deliveries got a new task
-// (the others had a live one). asynq v0.26 enqueues one task per round
-// trip; many travel side by side instead of one after another.
+// (the others had a live one).
 func (q *Queue) EnqueueCounting(ctx context.Context, ds ...webhookd.ScheduledDelivery) (created int, err error) {
-	if len(ds) == 1 {
-		d := ds[0]
+	created, _, err = q.offer(ctx, ds, false)
+	return created, err
+}
+
+// Offer is the reconciler's Enqueue of deliveries overdue in PostgreSQL: a
+// delivery with a live task whose task sleeps (scheduled or retrying past
+// its due time) runs now; one whose task a worker took (active) is
+// returned in taken, for the caller to attempt.
+func (q *Queue) Offer(ctx context.Context, ds []webhookd.ScheduledDelivery) (created int, taken []webhookd.ScheduledDelivery, err error) {
+	return q.offer(ctx, ds, true)
+}
+
+// offer enqueues ds; with wake, as Offer. asynq v0.26 enqueues one task
+// per round trip; many travel side by side instead of one after another.
+func (q *Queue) offer(ctx context.Context, ds []webhookd.ScheduledDelivery, wake bool) (created int, taken []webhookd.ScheduledDelivery, err error) {
+	var (
+		mu   sync.Mutex
+		errs []error
+	)
+	one := func(d webhookd.ScheduledDelivery) {
 		ok, err := q.enqueue(ctx, d.ID, deliveryTask{DeliveryID: d.ID, EndpointID: d.EndpointID}, d.DueAt)
-		if ok {
-			created = 1
+		running := false
+		if err == nil && !ok && wake { // a live task: awake, asleep, or taken
+			running = isRunning(q.inspector.RunTask(q.queue, d.ID))
 		}
-		return created, err
+		if err == nil && !ok && !running {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case err != nil:
+			errs = append(errs, err)
+		case running:
+			taken = append(taken, d)
+		default:
+			created++
+		}
+	}
+	if len(ds) == 1 {
+		one(ds[0])
+		return created, taken, errors.Join(errs...)
 	}
 	// enqueueParallelism goroutines take the deliveries in turn (not one
 	// goroutine per delivery: a batch has thousands).
 	var (
-		mu   sync.Mutex
-		errs []error
 		next atomic.Int64
 		wg   sync.WaitGroup
 	)
 	for range min(enqueueParallelism, len(ds)) {
 		wg.Go(func() {
 			for i := int(next.Add(1)) - 1; i < len(ds); i = int(next.Add(1)) - 1 {
-				d := ds[i]
-				ok, err := q.enqueue(ctx, d.ID, deliveryTask{DeliveryID: d.ID, EndpointID: d.EndpointID}, d.DueAt)
-				if err == nil && !ok {
-					continue
-				}
-				mu.Lock()
-				if err != nil {
-					errs = append(errs, err)
-				} else {
-					created++
-				}
-				mu.Unlock()
+				one(ds[i])
 			}
 		})
 	}
 	wg.Wait()
-	return created, errors.Join(errs...)
+	return created, taken, errors.Join(errs...)
 }
 
 // enqueueParallelism bounds the enqueues of one Enqueue call in flight at
@@ -156,12 +181,6 @@ func (q *Queue) enqueueTask(ctx context.Context, task *asynq.Task, id string, at
 // (an archived TaskID would block the reconciler's re-enqueue).
 const maxRetry = 1 << 30
 
-// heldPrefix prefixes the holder's Redis keys: prefix + endpoint id is the
-// sorted set of that endpoint's held task ids, prefix + "endpoints" the set
-// of endpoints with held ones. Its hash tag is the queue's, as in asynq's
-// own keys, so that one Redis Cluster slot has both for the wake script.
-func (q *Queue) heldPrefix() string { return "webhookd:{" + q.queue + "}:held:" }
-
 // Register adds the queue to asynq's set of queues. asynq's client adds it
 // on its first enqueue and never again, so after Redis lost its data the
 // queue is missing there, and asynq's Inspector (RunTask, GetQueueInfo)
@@ -170,121 +189,73 @@ func (q *Queue) Register(ctx context.Context) error {
 	return q.rdb.SAdd(ctx, "asynq:queues", q.queue).Err()
 }
 
-// OrphanAfter is how long after its lease ran out an active task counts as
-// orphaned. A worker extends the leases of the tasks it runs every 5 s to
-// 30 s ahead, so a lease 10 s past its end has missed every extension for
-// 40 s: no worker holds the task.
-const OrphanAfter = 10 * time.Second
-
-// RecoverOrphans puts every orphaned task of the queue back in front of
-// its pending list and tells how many it moved. A task is orphaned when a
-// worker dequeued it but never ran it: Redis was killed after the dequeue
-// script ran and before its reply arrived, or the worker was killed. asynq
-// recovers such a task only after its lease plus 30 s, on a recoverer that
-// runs once a minute (60 to 120 s in all); and until then its TaskID is
-// live, so the reconciler cannot offer the delivery again. PostgreSQL's
-// claim still decides whether an attempt is made, so a task taken back from
-// a worker that was only stalled (not dead) costs a claim, not a second
-// attempt.
-//
-// It follows asynq v0.26's key layout (the lease sorted set of task ids
-// scored by expiry in Unix seconds, the active and pending lists, the task
-// hash), as its dequeue and recoverer scripts do; TestOrphanedTaskIsRecovered
-// checks the layout against asynq's own Inspector.
-func (q *Queue) RecoverOrphans(ctx context.Context, now time.Time) (int, error) {
-	return q.recoverLeasedBefore(ctx, now, now.Add(-OrphanAfter))
-}
-
-// asynqLease is how far ahead a worker's heartbeat (every 5 s) extends the
-// leases of the tasks it runs, in whole seconds (asynq v0.26).
-const asynqLease = 30 * time.Second
-
-// RecoverDeadWorkersTasks is RecoverOrphans for the moments after a worker
-// was found dead (its heartbeat in PostgreSQL stopped): an active task
-// whose lease was not extended for 9 s has missed its worker's last
-// extension (a live worker extends every 5 s, and a lease is cut to whole
-// seconds), so it is put back now rather than 10 s after its lease ends.
-// These are the tasks the dead worker had taken but not yet claimed in
-// PostgreSQL, which no voided lease names.
-func (q *Queue) RecoverDeadWorkersTasks(ctx context.Context, now time.Time) (int, error) {
-	return q.recoverLeasedBefore(ctx, now, now.Add(asynqLease-9*time.Second))
-}
-
-// recoverLeasedBefore puts back every active task whose lease ends before
-// cutoff.
-func (q *Queue) recoverLeasedBefore(ctx context.Context, now, cutoff time.Time) (int, error) {
-	prefix := "asynq:{" + q.queue + "}:"
-	n, err := recoverOrphans.Run(ctx, q.rdb, []string{prefix + "lease", prefix + "active", prefix + "pending"},
-		cutoff.Unix(), prefix+"t:", now.UnixNano(), 1000).Int()
-	if err != nil {
-		return 0, fmt.Errorf("recover orphaned tasks: %w", err)
-	}
-	return n, nil
-}
-
-// recoverOrphans: KEYS lease, active, pending; ARGV cutoff (Unix s), task
-// key prefix, pending_since (Unix ns), most to move.
-var recoverOrphans = redis.NewScript(`
-local ids = redis.call("ZRANGEBYSCORE", KEYS[1], "-inf", "(" .. ARGV[1], "LIMIT", 0, ARGV[4])
-local n = 0
-for _, id in ipairs(ids) do
-	redis.call("ZREM", KEYS[1], id)
-	local key = ARGV[2] .. id
-	if redis.call("LREM", KEYS[2], 0, id) > 0 and redis.call("EXISTS", key) == 1 then
-		redis.call("HSET", key, "state", "pending", "pending_since", ARGV[3])
-		redis.call("RPUSH", KEYS[3], id)
-		n = n + 1
-	end
-end
-return n`)
-
-// RequeueActive puts the tasks ids back in front of the pending list where
-// they are active (a worker dequeued them), and tells which it moved. It
-// is for the tasks of a worker known to be dead (its heartbeat stopped):
-// asynq would take them back only once their lease ran out and its
-// recoverer came by (60 to 120 s). Should the worker be alive after all,
-// PostgreSQL's claim still decides which attempt is made. Same key layout
-// as RecoverOrphans.
-func (q *Queue) RequeueActive(ctx context.Context, ids []string, now time.Time) ([]bool, error) {
-	if len(ids) == 0 {
-		return nil, nil
-	}
-	prefix := "asynq:{" + q.queue + "}:"
-	args := make([]any, 0, len(ids)+2)
-	args = append(args, prefix+"t:", now.UnixNano())
+// Wake runs the tasks ids (of endpoint ep's deliveries) now (asynq's Inspector.RunTask: a task asleep
+// in the scheduled or retry set moves to pending): their deliveries were
+// made due in PostgreSQL before. A task still running (its handler held
+// the delivery back and has not returned yet) is tried again a few times
+// over the next moments; one that is gone (Redis lost it) gets a new task,
+// due now. Should all that fail, the reconciler finds the delivery due
+// with no task awake and wakes it.
+func (q *Queue) Wake(ctx context.Context, ep string, ids ...string) {
+	var running []string
 	for _, id := range ids {
-		args = append(args, id)
+		err := q.inspector.RunTask(q.queue, id)
+		if errors.Is(err, asynq.ErrQueueNotFound) && q.Register(ctx) == nil {
+			// Redis lost asynq's list of queues (its client adds a queue
+			// only on its first enqueue), not necessarily the task.
+			err = q.inspector.RunTask(q.queue, id)
+		}
+		switch {
+		case err == nil:
+		case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
+			q.enqueue(ctx, id, deliveryTask{DeliveryID: id, EndpointID: ep}, time.Time{})
+		case isRunning(err):
+			running = append(running, id)
+		}
 	}
-	res, err := requeueActive.Run(ctx, q.rdb, []string{prefix + "lease", prefix + "active", prefix + "pending"}, args...).Int64Slice()
-	if err != nil {
-		return nil, fmt.Errorf("requeue active tasks: %w", err)
+	if len(running) == 0 {
+		return
 	}
-	moved := make([]bool, len(ids))
-	for i := range moved {
-		moved[i] = i < len(res) && res[i] == 1
-	}
-	return moved, nil
+	go func() {
+		for try := 0; try < 5 && len(running) > 0; try++ {
+			time.Sleep(time.Duration(try+1) * 20 * time.Millisecond) // the handler's return, a moment away
+			left := running[:0]
+			for _, id := range running {
+				if isRunning(q.inspector.RunTask(q.queue, id)) {
+					left = append(left, id)
+				}
+			}
+			running = left
+		}
+	}()
 }
 
-// requeueActive: KEYS lease, active, pending; ARGV task key prefix,
-// pending_since (Unix ns), then the task ids. Returns 1 per id moved, 0
-// per id that was not active.
-var requeueActive = redis.NewScript(`
-local out = {}
-for i = 3, #ARGV do
-	local id = ARGV[i]
-	local key = ARGV[1] .. id
-	out[#out + 1] = 0
-	if redis.call("LREM", KEYS[2], 0, id) > 0 then
-		redis.call("ZREM", KEYS[1], id)
-		if redis.call("EXISTS", key) == 1 then
-			redis.call("HSET", key, "state", "pending", "pending_since", ARGV[2])
-			redis.call("RPUSH", KEYS[3], id) -- asynq dequeues from the right: the front
-			out[#out] = 1
-		end
-	end
-end
-return out`)
+// isRunning tells RunTask's refusal of an active task (asynq v0.26 has no
+// error value for it, only a FailedPrecondition text).
+func isRunning(err error) bool { return err != nil && strings.Contains(err.Error(), "already running") }
+
+// Drop deletes the sleeping task id, whose delivery is done (a chained
+// attempt of an ordered queue made it): else it would wake, once, to find
+// it done. A task pending or running is left alone, and so is any error.
+func (q *Queue) Drop(id string) { _ = q.inspector.DeleteTask(q.queue, id) }
+
+// EnqueueProbe schedules the wake-up of endpoint ep's probe at at: the
+// task makes the longest-waiting delivery held by the circuit due, and
+// wakes it (Worker.handleProbe). Its id names the probe's time, so each
+// probe has one task however often it is offered.
+func (q *Queue) EnqueueProbe(ctx context.Context, ep string, at time.Time) error {
+	id := "probe:" + ep + ":" + strconv.FormatInt(at.UnixMilli(), 10)
+	// asynq keeps a task's time in whole seconds, cut: rounded up instead,
+	// so the wake-up never comes before the probe is due.
+	if up := at.Truncate(time.Second); up.Before(at) {
+		at = up.Add(time.Second)
+	}
+	err := q.enqueueTask(ctx, asynq.NewTask(TaskProbe, []byte(ep)), id, at, q.timeout)
+	if errors.Is(err, asynq.ErrTaskIDConflict) {
+		return nil
+	}
+	return err
+}
 
 // lostMarker is a key the workers keep in Redis: when it is gone, Redis
 // lost its data (a restart without persistence, FLUSHDB, a failover to an

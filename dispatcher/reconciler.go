@@ -21,22 +21,28 @@ const DefaultReconcileGrace = 10 * time.Second
 // Reconciler re-enqueues every delivery PostgreSQL says is due. Enqueueing
 // uses TaskID = delivery id, so a delivery that still has a live task is
 // left alone (asynq answers ErrTaskIDConflict) and one whose task was lost
-// with Redis gets a new one. It is what makes losing Redis lose nothing.
+// with Redis gets a new one; a live task asleep past its delivery's due
+// time is run now (Inspector.RunTask), and one that a dead worker took and
+// never ran is passed by: the delivery is attempted here (Attempt). It is
+// what makes losing Redis, a message or a worker lose nothing.
 //
 // Every second it also looks for two faults that must not wait for a pass:
-// workers that stopped beating (their leases are voided and their tasks
-// put back in the queue, so a killed worker's deliveries are attempted
-// again within seconds), and Redis having lost its data (a pass then runs
-// at once, with no grace, so the schedule is rebuilt within seconds).
+// workers that stopped beating (their leases are voided and their
+// deliveries attempted here at once, so a killed worker's deliveries are
+// attempted again within seconds), and Redis having lost its data (a pass
+// then runs at once, with no grace, so the schedule is rebuilt within
+// seconds).
 //
-// One process at a time runs a pass (a PostgreSQL advisory lock); the
+// One process at a time runs a pass (a leader's turn in PostgreSQL); the
 // others skip theirs. A pass looks only at deliveries overdue by more than
 // Grace and not held by an attempt, and walks them in order of due time
 // from where the previous pass stopped, at most MaxPerPass at a time: a
-// backlog that stays due (held back by its endpoint, say) cannot keep the
-// rest from being looked at, and a lost schedule larger than one pass is
-// rebuilt over several. Of those, it offers the queue the ones the holder
-// does not hold back: a held one's task sleeps until the holder wakes it.
+// lost schedule larger than one pass is rebuilt over several. Deliveries
+// that wait for their turn in an ordered queue are left to their turn (the
+// queue's head is woken instead), and every other wait has its time in
+// next_attempt_at. It also wakes the probes of open circuits whose wake-up
+// was lost, and the deliveries held back for room at an endpoint that no
+// worker has requests in flight to.
 type Reconciler struct {
 	DB       *storage.DB
 	Queue    *Queue
@@ -47,6 +53,10 @@ type Reconciler struct {
 	Grace time.Duration
 	// MaxPerPass: default DefaultReconcileMaxPerPass.
 	MaxPerPass int
+	// Attempt, if set, attempts deliveries in the background, without
+	// their tasks: those of a dead worker, whose tasks asynq gives back
+	// only a minute or two later.
+	Attempt func(ctx context.Context, ds []webhookd.ScheduledDelivery)
 	// Observe, if set, is told how long each pass that ran took; Offered,
 	// how many deliveries it offered; Reenqueued, how many of those had no
 	// task and got a new one.
@@ -57,18 +67,12 @@ type Reconciler struct {
 	cursor storage.DueCursor
 	last   time.Time // when this process last ran a pass
 	lost   bool      // Redis lost its data and no pass here has run since
-	dead   time.Time // when this process last found a worker dead
 	loop
 }
 
 // reconcileTick is how often the reconciler looks for dead workers and a
 // Redis that lost its data.
 const reconcileTick = time.Second
-
-// deadWorkerWatch is how long after finding a worker dead the reconciler
-// looks every tick for the tasks it had taken: long enough for every lease
-// it extended last to have missed an extension.
-const deadWorkerWatch = 30 * time.Second
 
 // Start runs a pass at once and then every Interval until Stop or ctx
 // ends, and the checks for dead workers and lost Redis data every second.
@@ -93,16 +97,9 @@ func (r *Reconciler) tick(ctx context.Context) {
 		}
 		r.lost = true
 	}
-	voided, err := r.requeueDead(ctx)
+	voided, err := r.attemptDead(ctx)
 	if err != nil {
 		r.Logger.Warn("reconciler: voiding dead workers' leases failed", "err", err)
-	}
-	if time.Since(r.dead) < deadWorkerWatch {
-		// The dead worker's dequeued tasks that no lease names: back once
-		// they have missed its lease extensions, within the watch.
-		if n, err := r.Queue.RecoverDeadWorkersTasks(ctx, time.Now()); err == nil && n > 0 {
-			r.Logger.Warn("put back tasks a dead worker had taken", "tasks", n)
-		}
 	}
 	if !r.lost && voided == 0 && time.Since(r.last) < r.Interval {
 		return
@@ -126,52 +123,31 @@ func (r *Reconciler) tick(ctx context.Context) {
 	}
 }
 
-// requeueDead voids the leases of workers that stopped beating and puts
-// their deliveries' tasks back in the queue: the ones the dead worker had
-// dequeued go back in front of pending; a delivery without a live task
-// gets one. It tells how many leases it voided.
-func (r *Reconciler) requeueDead(ctx context.Context) (int, error) {
-	voided, dead, err := r.DB.VoidDeadLeases(ctx)
-	if dead > 0 {
-		r.dead = time.Now()
-	}
+// attemptDead voids the leases of workers that stopped beating and
+// attempts their deliveries here: the dead worker's tasks stay taken in
+// asynq until its own recoverer comes by (a minute or two), then find
+// their deliveries done or not due. It tells how many leases it voided.
+func (r *Reconciler) attemptDead(ctx context.Context) (int, error) {
+	voided, _, err := r.DB.VoidDeadLeases(ctx)
 	if err != nil || len(voided) == 0 {
 		return 0, err
 	}
-	ids := make([]string, 0, len(voided))
-	for _, v := range voided {
-		ids = append(ids, v.DeliveryID)
-		if v.ManualRequest != nil {
-			ids = append(ids, *v.ManualRequest)
-		}
+	ds := make([]webhookd.ScheduledDelivery, len(voided))
+	for i, v := range voided {
+		ds[i] = webhookd.ScheduledDelivery{ID: v.DeliveryID, EndpointID: v.EndpointID}
 	}
-	moved, err := r.Queue.RequeueActive(ctx, ids, time.Now())
-	if err != nil {
-		return len(voided), err
+	r.Logger.Warn("voided the leases of workers that stopped beating; their deliveries are due again", "leases", len(voided))
+	if r.Attempt != nil {
+		r.Attempt(ctx, ds)
 	}
-	requeued := map[string]bool{}
-	for i, id := range ids {
-		if moved[i] {
-			requeued[id] = true
-		}
-	}
-	var lost []webhookd.ScheduledDelivery
-	now := r.Clock.Now()
-	for _, v := range voided {
-		if !requeued[v.DeliveryID] {
-			lost = append(lost, webhookd.ScheduledDelivery{ID: v.DeliveryID, EndpointID: v.EndpointID, DueAt: now})
-		}
-	}
-	r.Logger.Warn("voided the leases of workers that stopped beating; their deliveries are due again",
-		"leases", len(voided), "tasks_requeued", len(requeued))
-	_, err = r.Queue.EnqueueCounting(ctx, lost...) // a live task (scheduled, pending) is left alone
-	return len(voided), err
+	return len(voided), nil
 }
 
 // RunOnce makes one pass if no other process is making one: it registers
-// the queue with asynq again (Queue.Register), puts orphaned tasks back in
-// the queue (Queue.RecoverOrphans), offers due deliveries to the queue,
-// then the pending redeliveries and runnable jobs.
+// the queue with asynq again (Queue.Register), offers due deliveries to
+// the queue, wakes the heads of ordered queues, the probes of open
+// circuits and stranded held deliveries, then offers the pending
+// redeliveries and runnable jobs.
 // It tells whether it ran and how many deliveries it offered.
 func (r *Reconciler) RunOnce(ctx context.Context) (ran bool, offered int, err error) {
 	return r.runOnce(ctx, false)
@@ -181,16 +157,11 @@ func (r *Reconciler) RunOnce(ctx context.Context) (ran bool, offered int, err er
 // delivery, without the grace.
 func (r *Reconciler) runOnce(ctx context.Context, lost bool) (ran bool, offered int, err error) {
 	ran, err = r.DB.AsLeader(ctx, "reconciler", func(ctx context.Context) error {
-		err := r.Queue.Register(ctx)                                  // after Redis lost its data
-		orphans, orphanErr := r.Queue.RecoverOrphans(ctx, time.Now()) // asynq's leases are on the wall clock
-		err = errors.Join(err, orphanErr)
-		if orphans > 0 && r.Logger != nil {
-			r.Logger.Warn("recovered tasks that a worker dequeued and never ran", "tasks", orphans)
-		}
+		err := r.Queue.Register(ctx) // after Redis lost its data
 		n, offerErr := r.offerDue(ctx, lost)
 		offered = n
-		r.promoteHeads(ctx)
-		return errors.Join(err, offerErr, r.enqueueRedeliveries(ctx), r.enqueueJobs(ctx))
+		r.wakeHeads(ctx)
+		return errors.Join(err, offerErr, r.wakeProbes(ctx), r.wakeStranded(ctx), r.enqueueRedeliveries(ctx), r.enqueueJobs(ctx))
 	})
 	return ran, offered, err
 }
@@ -206,9 +177,9 @@ func (r *Reconciler) grace() time.Duration {
 	return r.Grace
 }
 
-// offerDue offers the next window of due deliveries to the queue, but for
-// those the holder holds back: their tasks sleep until their endpoint has
-// room, and the holder wakes them then.
+// offerDue offers the next window of due deliveries to the queue: a
+// delivery with no task gets one, a task asleep past its time runs now,
+// and one taken by a worker that never ran it is attempted here.
 func (r *Reconciler) offerDue(ctx context.Context, lost bool) (int, error) {
 	limit := r.MaxPerPass
 	if limit <= 0 {
@@ -229,30 +200,68 @@ func (r *Reconciler) offerDue(ctx context.Context, lost bool) (int, error) {
 		last := due[len(due)-1]
 		r.cursor = storage.DueCursor{At: last.DueAt, ID: last.ID}
 	}
-	eps, ids := make([]string, len(due)), make([]string, len(due))
-	for i, d := range due {
-		eps[i], ids[i] = d.EndpointID, d.ID
-	}
-	held, err := r.Queue.held(ctx, eps, ids)
-	if err != nil {
-		return 0, err
-	}
-	offer := due[:0]
-	for i, d := range due {
-		if !held[i] {
-			offer = append(offer, d)
-		}
-	}
-	created, err := r.Queue.EnqueueCounting(ctx, offer...)
+	created, taken, err := r.Queue.Offer(ctx, due)
 	if r.Reenqueued != nil {
 		r.Reenqueued(float64(created))
 	}
-	return len(offer), err
+	if len(taken) > 0 && !lost && r.Attempt != nil {
+		// Overdue by the grace, free in PostgreSQL, and its task taken by
+		// a worker all that time: the worker died (or lost the task with
+		// Redis) before it claimed the delivery.
+		r.Logger.Warn("attempting deliveries whose tasks a worker took and never ran", "deliveries", len(taken))
+		r.Attempt(ctx, taken)
+	}
+	return len(due), err
+}
+
+// wakeProbes offers again the probe of every open circuit whose probe is
+// overdue by the grace while deliveries wait for it.
+func (r *Reconciler) wakeProbes(ctx context.Context) error {
+	due, err := r.DB.DueProbes(ctx, r.Clock.Now().Add(-r.grace()))
+	if err != nil {
+		return err
+	}
+	for _, p := range due {
+		if err := r.Queue.EnqueueProbe(ctx, p.EndpointID, p.ProbeAt); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// strandedWake is how many held deliveries of a stranded endpoint a pass
+// wakes: a worker's first limit of an endpoint; each that ends wakes the
+// next.
+const strandedWake = 10
+
+// wakeStranded wakes deliveries held back for room at endpoints that no
+// live worker has requests in flight to (their heartbeats say): no freed
+// slot will wake them (the worker that held them died, or its wake was
+// lost).
+func (r *Reconciler) wakeStranded(ctx context.Context) error {
+	eps, err := r.DB.HeldEndpoints(ctx, r.Clock.Now(), 3*heartbeatInterval)
+	if err != nil || len(eps) == 0 {
+		return err
+	}
+	loads, err := r.DB.Store().EndpointLoads(ctx, eps)
+	if err != nil {
+		return err
+	}
+	for _, ep := range eps {
+		if loads[ep].InFlight > 0 {
+			continue
+		}
+		ids, err := r.DB.WakeWaiting(ctx, ep, strandedWake, r.Clock.Now())
+		if err != nil {
+			return err
+		}
+		r.Queue.Wake(ctx, ep, ids...)
+	}
+	return nil
 }
 
 // enqueueRedeliveries re-enqueues manual attempts asked for and not yet
-// made, but for those the holder holds back; TaskID = request id, so a
-// live one is left alone.
+// made; TaskID = request id, so a live one is left alone.
 func (r *Reconciler) enqueueRedeliveries(ctx context.Context) error {
 	after := ""
 	for {
@@ -260,18 +269,7 @@ func (r *Reconciler) enqueueRedeliveries(ctx context.Context) error {
 		if err != nil || len(list) == 0 {
 			return err
 		}
-		eps, ids := make([]string, len(list)), make([]string, len(list))
-		for i, m := range list {
-			eps[i], ids[i] = m.EndpointID, m.RequestID
-		}
-		held, err := r.Queue.held(ctx, eps, ids)
-		if err != nil {
-			return err
-		}
-		for i, m := range list {
-			if held[i] {
-				continue
-			}
+		for _, m := range list {
 			if err := r.Queue.EnqueueManual(ctx, m.RequestID, m.DeliveryID, m.By); err != nil {
 				return err
 			}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/go-redis/redis_rate/v10"
@@ -166,6 +167,11 @@ type Worker struct {
 	holder     *holder
 	heart      loop     // the heartbeat
 	alive      liveness // when the heartbeat last landed
+	// attempts are the reconciler's attempts made without a task (at most
+	// cap(slots) at once), on background, the worker's context.
+	attempts   sync.WaitGroup
+	slots      chan struct{}
+	background context.Context
 	// warm runs attempts on goroutines that outlive a task: asynq starts
 	// one per task, and an attempt's call path grew each one's stack anew.
 	warm *warm.Pool
@@ -196,21 +202,23 @@ func NewWorker(cfg Config) (*Worker, error) {
 	d := &Deliverer{db: cfg.DB, client: NewHTTPClient(cfg.HTTP), schedule: cfg.Schedule, clock: clock,
 		log: cfg.Logger, limiter: redis_rate.NewLimiter(cfg.Redis), prefix: cfg.RateLimitPrefix, metrics: m,
 		bodyTimeout: cfg.HTTP.ResponseTimeout, attemptTimeout: cfg.AttemptTimeout(), lease: cfg.Lease(),
-		gate: g, holder: newHolder(cfg.Redis, q, g, clock, cfg.Logger, m.held), worker: storage.NewWorkerID(),
+		gate: g, holder: newHolder(cfg.DB, q, g, clock, cfg.Logger, m.held), worker: storage.NewWorkerID(),
 		circuit: storage.CircuitConfig{After: max(cfg.Circuit.After, 0), Probes: cfg.Circuit.Probes,
 			DisableAfter: max(cfg.Circuit.DisableAfter, 0)}}
-	w := &Worker{cfg: cfg, Deliverer: d, Queue: q, holder: d.holder, warm: warm.New(time.Minute),
+	w := &Worker{cfg: cfg, Deliverer: d, Queue: q, holder: d.holder, warm: warm.New(time.Minute), slots: make(chan struct{}, 64),
 		reconciler: &Reconciler{DB: cfg.DB, Queue: q, Interval: cfg.ReconcileInterval, Grace: cfg.ReconcileGrace,
 			Clock: clock, Logger: cfg.Logger, Observe: m.observeReconcile, Offered: m.offered.Add, Reenqueued: m.reenqueued.Add},
 		retention: &Retention{DB: cfg.DB, Keep: cfg.Retention, Interval: cfg.RetentionInterval, Clock: cfg.Clock,
 			Logger: cfg.Logger}}
+	w.reconciler.Attempt = w.attemptInBackground
+	d.alive = &w.alive
 	w.server = asynq.NewServerFromRedisClient(cfg.Redis, asynq.Config{
 		Concurrency:              cfg.Concurrency,
 		Queues:                   map[string]int{cfg.Queue: 1},
 		TaskCheckInterval:        cfg.PollInterval,
 		DelayedTaskCheckInterval: 200 * time.Millisecond, // scheduled retries keep to about a second
 		RetryDelayFunc:           retryDelay,
-		IsFailure:                func(err error) bool { var r *RetryAt; return !errors.As(err, &r) },
+		IsFailure:                func(err error) bool { return !isRetryAt(err) },
 		Logger:                   asynqLogger{cfg.Logger},
 		LogLevel:                 asynq.WarnLevel,
 		ShutdownTimeout:          cfg.AttemptTimeout() + 10*time.Second, // in-flight attempts finish and are recorded
@@ -237,9 +245,14 @@ func (w *Worker) Start(ctx context.Context) error {
 		recordSize.Observe(float64(len(rs)))
 		return d.db.RecordAttempts(ctx, rs)
 	})
+	d.holder.holds = newBatcher(256, 1, batchLinger, 30*time.Second, func(ctx context.Context, hs []storage.Hold) ([]bool, error) {
+		return make([]bool, len(hs)), d.db.HoldBack(ctx, d.clock.Now(), hs)
+	})
+	w.background = ctx
 	mux := asynq.NewServeMux()
 	mux.HandleFunc(TaskDelivery, w.handleDelivery)
 	mux.HandleFunc(TaskJob, w.handleJob)
+	mux.HandleFunc(TaskProbe, w.handleProbe)
 	if err := w.server.Start(mux); err != nil {
 		return fmt.Errorf("start worker: %w", err)
 	}
@@ -288,6 +301,8 @@ func (w *Worker) Stop() {
 	w.retention.Stop()
 	w.holder.Stop()
 	w.server.Shutdown()
+	w.attempts.Wait() // the reconciler's attempts of a dead worker's deliveries
+	w.Deliverer.holder.holds.Stop()
 	w.Deliverer.claims.Stop()
 	w.Deliverer.records.Stop()
 	w.Deliverer.claims, w.Deliverer.records = nil, nil
@@ -323,6 +338,42 @@ func (w *Worker) deliver(ctx context.Context, t *asynq.Task) error {
 	}
 	return err
 }
+
+// handleProbe wakes the probe of an open circuit: the longest-waiting
+// delivery its circuit holds is made due, and its task runs now; its
+// attempt takes the probe (Decide). No delivery waits: nothing to probe
+// with, and the next delivery to come is the probe.
+func (w *Worker) handleProbe(ctx context.Context, t *asynq.Task) error {
+	ep := string(t.Payload())
+	id, notYet, err := w.cfg.DB.ProbeCandidate(ctx, ep, w.Deliverer.clock.Now())
+	switch {
+	case err != nil:
+		return err
+	case notYet != nil: // this clock is behind PostgreSQL's: at the probe's time
+		return &RetryAt{At: *notYet, Reason: "probe not due yet"}
+	case id != "":
+		w.Queue.Wake(ctx, ep, id)
+	}
+	return nil
+}
+
+// attemptInBackground attempts deliveries without their tasks, a few at a
+// time, until the worker stops: the reconciler's, for deliveries whose
+// tasks a dead worker holds in asynq.
+func (w *Worker) attemptInBackground(_ context.Context, ds []webhookd.ScheduledDelivery) {
+	for _, sd := range ds {
+		w.attempts.Go(func() {
+			w.slots <- struct{}{}
+			defer func() { <-w.slots }()
+			if _, err := w.Deliverer.Attempt(w.background, Request{DeliveryID: sd.ID, EndpointID: sd.EndpointID}); err != nil &&
+				!isRetryAt(err) {
+				w.cfg.Logger.Debug("background attempt failed; the reconciler offers it again", "delivery_id", sd.ID, "err", err)
+			}
+		})
+	}
+}
+
+func isRetryAt(err error) bool { var r *RetryAt; return errors.As(err, &r) }
 
 func (w *Worker) handleJob(ctx context.Context, t *asynq.Task) error {
 	if w.cfg.Jobs == nil {

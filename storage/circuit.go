@@ -206,10 +206,13 @@ func writeCircuit(ctx context.Context, tx pgx.Tx, s circuitState, disabled, wasO
 	if err != nil || !wasOpen || s.circuit != webhookd.CircuitClosed {
 		return err
 	}
-	// Closed: the deliveries that waited for its probe are due now, in
-	// the transaction that closed it (the dispatcher then wakes them).
-	_, err = tx.Exec(ctx, `UPDATE deliveries SET next_attempt_at = now(), waiting_reason = NULL
-		WHERE endpoint_id = $1 AND waiting_reason = 'circuit_open' AND status IN ('pending', 'retrying')`, s.id)
+	// Closed: the deliveries that waited for its probe now wait only for
+	// room at the endpoint, in the transaction that closed it; the
+	// dispatcher wakes as many as the endpoint has room for, and each slot
+	// that frees the next (a backlog does not rush at a recovering
+	// receiver all at once).
+	_, err = tx.Exec(ctx, `UPDATE deliveries SET waiting_reason = 'endpoint_busy', next_attempt_at = now() + $2::interval
+		WHERE endpoint_id = $1 AND waiting_reason = 'circuit_open' AND status IN ('pending', 'retrying')`, s.id, HoldFor)
 	return err
 }
 

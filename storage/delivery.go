@@ -76,7 +76,7 @@ type DueCursor struct {
 func (s *Store) DueDeliveries(ctx context.Context, until, now time.Time, after DueCursor, limit int) ([]webhookd.ScheduledDelivery, error) {
 	rows, err := s.q.Query(ctx, `SELECT id, endpoint_id, next_attempt_at FROM deliveries
 		WHERE next_attempt_at <= $1 AND (next_attempt_at, id) > ($3, $4)
-			AND (lease_until IS NULL OR lease_until <= $2)
+			AND (lease_until IS NULL OR lease_until <= $2) AND waiting_reason IS DISTINCT FROM 'fifo_turn'
 		ORDER BY next_attempt_at, id LIMIT $5`, until, now, after.At, after.ID, limit)
 	if err != nil {
 		return nil, fmt.Errorf("due deliveries: %w", err)
