@@ -51,7 +51,7 @@ type Deliverer struct {
 	records        *batcher[storage.Record, bool]
 	gate           *gate
 	holder         *holder
-	worker         string // this process's id: its heartbeat's, and its leases'
+	worker         string    // this process's id: its heartbeat's, and its leases'
 	alive          *liveness // when its heartbeat last landed; nil: not known
 	circuit        storage.CircuitConfig
 }

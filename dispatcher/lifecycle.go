@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"time"
 
-
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/storage"
 )
