@@ -23,6 +23,20 @@ const (
 	DeliveryDeadLetter = "dead_letter" // parked in the dead-letter table
 )
 
+// Waiting reasons: why a delivery that is not done waits until its
+// NextAttemptAt (Delivery.WaitingReason, SPEC §1 "One schedule").
+const (
+	WaitingSchedule     = "schedule"      // a retry's wait, by the backoff schedule
+	WaitingEndpointBusy = "endpoint_busy" // its endpoint is at its concurrency limit
+	WaitingRateLimit    = "rate_limit"    // its endpoint's rate limit
+	WaitingCircuitOpen  = "circuit_open"  // its endpoint's circuit is open: the next probe
+	WaitingFIFOTurn     = "fifo_turn"     // its turn in its endpoint's ordered queue
+)
+
+// WaitingReasons are every waiting reason, in the order documents list them.
+var WaitingReasons = []string{WaitingSchedule, WaitingEndpointBusy, WaitingRateLimit, WaitingCircuitOpen,
+	WaitingFIFOTurn}
+
 // Endpoint states and the reasons an endpoint is disabled.
 const (
 	EndpointActive   = "active"

@@ -22,7 +22,7 @@ import (
 // Keys of the Delivery and Attempt shapes (SPEC §2).
 var (
 	deliveryKeys = []string{"id", "event_id", "endpoint_id", "event_type", "status", "attempts_count",
-		"next_attempt_at", "last_status_code", "last_error", "created_at", "updated_at"}
+		"next_attempt_at", "waiting_reason", "last_status_code", "last_error", "created_at", "updated_at"}
 	attemptKeys = []string{"number", "request_id", "url", "trigger", "status_code", "error", "duration_ms",
 		"started_at", "request_headers", "response_headers", "response_body"}
 )
@@ -265,6 +265,46 @@ func TestGetDeliveryWithAttempts(t *testing.T) {
 	}
 }
 
+// TestDeliveryShowsWaitingReason: a delivery that waits says why, read one
+// by one and in the list; one that nothing holds back says null.
+func TestDeliveryShowsWaitingReason(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ep := h.createEndpoint(map[string]any{"url": "http://127.0.0.1:9/a"})["id"].(string)
+	_, waiting := h.send("order.created", ep)
+	_, due := h.send("order.created", ep)
+	next := h.clock.Now().Add(30 * time.Second)
+	if _, err := h.db.Pool().Exec(context.Background(), `UPDATE deliveries SET waiting_reason = 'circuit_open',
+		next_attempt_at = $2 WHERE id = $1`, waiting[0], next); err != nil {
+		t.Fatal(err)
+	}
+
+	r := h.do(req{method: "GET", path: "/v1/deliveries/" + waiting[0]})
+	expectStatus(t, r, http.StatusOK)
+	d := r.json(t)
+	at, err := time.Parse(time.RFC3339, fmt.Sprint(d["next_attempt_at"]))
+	if d["waiting_reason"] != "circuit_open" || err != nil || !at.Equal(next.Truncate(time.Millisecond)) {
+		t.Fatalf("waiting delivery %s", r.body)
+	}
+	r = h.do(req{method: "GET", path: "/v1/deliveries/" + due[0]})
+	expectStatus(t, r, http.StatusOK)
+	if !strings.Contains(string(r.body), `"waiting_reason":null`) {
+		t.Fatalf("due delivery, want waiting_reason null: %s", r.body)
+	}
+
+	r = h.do(req{method: "GET", path: "/v1/deliveries?endpoint_id=" + ep})
+	expectStatus(t, r, http.StatusOK)
+	got := map[string]any{}
+	for _, item := range r.json(t)["data"].([]any) {
+		item := item.(map[string]any)
+		expectKeys(t, item, deliveryKeys...)
+		got[item["id"].(string)] = item["waiting_reason"]
+	}
+	if got[waiting[0]] != "circuit_open" || got[due[0]] != nil || len(got) != 2 {
+		t.Fatalf("list's waiting reasons %v: %s", got, r.body)
+	}
+}
+
 func TestRedeliver(t *testing.T) {
 	t.Parallel()
 	rec := &recorder{}
@@ -293,7 +333,7 @@ func TestRedeliver(t *testing.T) {
 		d["last_error"] != nil || d["attempts_count"] != 1.0 {
 		t.Fatalf("redeliver answered %s", r.body)
 	}
-	for _, k := range []string{"next_attempt_at", "last_error"} { // null, not omitted
+	for _, k := range []string{"next_attempt_at", "waiting_reason", "last_error"} { // null, not omitted
 		if !strings.Contains(string(r.body), `"`+k+`":null`) {
 			t.Errorf("%s not null in %s", k, r.body)
 		}

@@ -3,6 +3,7 @@ package api_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -121,6 +122,15 @@ func TestRealResponsesMatchTheDocument(t *testing.T) {
 		{"type": "order.paid", "data": 1}, {"type": "order.shipped", "data": nil, "endpoint_ids": []string{epID}}}}, key(), 202)
 	check("GET", "/v1/events/"+ev["id"].(string), nil, nil, 200)
 	dlvID := ev["deliveries"].([]any)[0].(map[string]any)["id"].(string)
+	// A delivery that waits, so that a waiting_reason other than null is
+	// checked against the document too.
+	if _, err := h.db.Pool().Exec(t.Context(), `UPDATE deliveries SET waiting_reason = 'fifo_turn' WHERE id = $1`,
+		dlvID); err != nil {
+		t.Fatal(err)
+	}
+	if d := check("GET", "/v1/deliveries/"+dlvID, nil, nil, 200); d["waiting_reason"] != "fifo_turn" {
+		t.Errorf("waiting delivery: %v", d)
+	}
 	check("GET", "/v1/deliveries?status=pending&limit=1", nil, nil, 200)
 	testenv.Record(t, h.db, dlvID, webhookd.Attempt{StatusCode: new(400)},
 		storage.Transition{Status: webhookd.DeliveryDeadLetter, DeadLetterReason: webhookd.ReasonClientError})
@@ -170,5 +180,29 @@ func TestRealResponsesMatchTheDocument(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 || !bytes.Equal(served, api.OpenAPIDocument()) || resp.Header.Get("X-Request-Id") == "" {
 		t.Fatalf("GET /v1/openapi.json without a key: %d, %d bytes", resp.StatusCode, len(served))
+	}
+}
+
+// TestDocumentListsEveryWaitingReason: the document's WaitingReason is
+// exactly the domain's reasons, and null.
+func TestDocumentListsEveryWaitingReason(t *testing.T) {
+	t.Parallel()
+	var doc struct {
+		Components struct {
+			Schemas map[string]struct {
+				Enum []any `json:"enum"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(api.OpenAPIDocument(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	var want []any
+	for _, r := range webhookd.WaitingReasons {
+		want = append(want, r)
+	}
+	want = append(want, nil)
+	if got := doc.Components.Schemas["WaitingReason"].Enum; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("WaitingReason's enum %v, want %v", got, want)
 	}
 }

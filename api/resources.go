@@ -20,6 +20,14 @@ func timePtr(t *time.Time) *string {
 	return &s
 }
 
+// nullIfEmpty renders "" as null.
+func nullIfEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
 type listJSON[T any] struct {
 	Data       []T     `json:"data"`
 	NextCursor *string `json:"next_cursor"`
@@ -118,6 +126,7 @@ type deliveryJSON struct {
 	Status         string  `json:"status"`
 	AttemptsCount  int     `json:"attempts_count"`
 	NextAttemptAt  *string `json:"next_attempt_at"`
+	WaitingReason  *string `json:"waiting_reason"` // null while nothing holds it back
 	LastStatusCode *int    `json:"last_status_code"`
 	LastError      *string `json:"last_error"`
 	CreatedAt      string  `json:"created_at"`
@@ -126,8 +135,8 @@ type deliveryJSON struct {
 
 func deliveryOut(d webhookd.Delivery) deliveryJSON {
 	return deliveryJSON{ID: d.ID, EventID: d.EventID, EndpointID: d.EndpointID, EventType: d.EventType, Status: d.Status,
-		AttemptsCount: d.AttemptsCount, NextAttemptAt: timePtr(d.NextAttemptAt), LastStatusCode: d.LastStatusCode,
-		LastError: d.LastError, CreatedAt: timeString(d.CreatedAt), UpdatedAt: timeString(d.UpdatedAt)}
+		AttemptsCount: d.AttemptsCount, NextAttemptAt: timePtr(d.NextAttemptAt),
+		WaitingReason: nullIfEmpty(d.WaitingReason), LastStatusCode: d.LastStatusCode, LastError: d.LastError, CreatedAt: timeString(d.CreatedAt), UpdatedAt: timeString(d.UpdatedAt)}
 }
 
 // deliveryWithAttemptsJSON is GET /v1/deliveries/{id}: the delivery and its

@@ -123,7 +123,10 @@ type Secret struct {
 }
 
 // Delivery is one event's delivery to one endpoint. Attempts is filled by
-// Delivery (one delivery), not by lists.
+// Delivery (one delivery), not by lists. WaitingReason says why a delivery
+// that is not done waits until NextAttemptAt: "schedule", "endpoint_busy",
+// "rate_limit", "circuit_open" or "fifo_turn" (webhookd.Waiting*); nil while
+// nothing holds it back.
 type Delivery struct {
 	ID             string     `json:"id"`
 	EventID        string     `json:"event_id"`
@@ -132,6 +135,7 @@ type Delivery struct {
 	Status         string     `json:"status"`
 	AttemptsCount  int        `json:"attempts_count"`
 	NextAttemptAt  *time.Time `json:"next_attempt_at"`
+	WaitingReason  *string    `json:"waiting_reason"`
 	LastStatusCode *int       `json:"last_status_code"`
 	LastError      *string    `json:"last_error"`
 	CreatedAt      time.Time  `json:"created_at"`

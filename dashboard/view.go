@@ -113,6 +113,24 @@ func age(now, t time.Time) string {
 	}
 }
 
+// waitingWording is what the dashboard and the portal say of a delivery's
+// waiting reason (webhookd.Waiting*), beside its next attempt time.
+var waitingWording = map[string]string{
+	webhookd.WaitingSchedule:     "next retry on schedule",
+	webhookd.WaitingEndpointBusy: "held back: endpoint at its concurrency limit",
+	webhookd.WaitingRateLimit:    "held back: rate limit",
+	webhookd.WaitingCircuitOpen:  "waiting for its circuit's next probe",
+	webhookd.WaitingFIFOTurn:     "waiting for its turn in the ordered queue",
+}
+
+// waitingLabel words a waiting reason; one it does not know, as it is.
+func waitingLabel(reason string) string {
+	if w, ok := waitingWording[reason]; ok {
+		return w
+	}
+	return statusLabel(reason)
+}
+
 func httpStatus(code *int) string {
 	if code == nil {
 		return "—"

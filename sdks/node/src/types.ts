@@ -55,10 +55,16 @@ export interface Attempt {
   request_headers: Record<string, string>; response_headers: Record<string, string> | null; response_body: string | null;
 }
 
+/** Why a delivery waits: a retry's backoff, its endpoint (busy, rate limit, open circuit), or its turn in an ordered queue. */
+export type WaitingReason = "schedule" | "endpoint_busy" | "rate_limit" | "circuit_open" | "fifo_turn";
+
 export interface Delivery {
   id: string; event_id: string; endpoint_id: string; event_type: string;
   status: "pending" | "retrying" | "succeeded" | "dead_letter"; attempts_count: number;
-  next_attempt_at: string | null; last_status_code: number | null; last_error: string | null;
+  next_attempt_at: string | null;
+  /** Why a delivery that is not done waits until next_attempt_at; null while nothing holds it back. */
+  waiting_reason: WaitingReason | null;
+  last_status_code: number | null; last_error: string | null;
   created_at: string; updated_at: string;
   /** Only when read one by one: every attempt, oldest first. */
   attempts?: Attempt[];
