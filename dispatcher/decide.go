@@ -78,15 +78,6 @@ const (
 	Probe
 )
 
-// Waiting reasons (deliveries.waiting_reason, SPEC §1).
-const (
-	WaitSchedule     = "schedule"
-	WaitEndpointBusy = "endpoint_busy"
-	WaitRateLimit    = "rate_limit"
-	WaitCircuitOpen  = "circuit_open"
-	WaitFIFOTurn     = "fifo_turn"
-)
-
 // Action is Decide's answer.
 type Action struct {
 	Verdict Verdict
@@ -124,7 +115,7 @@ func Decide(f Facts) Action {
 	case f.Kind == KindManual && f.FIFO && f.Behind && waiting:
 		// A redelivery does not reorder an ordered queue: the delivery
 		// is due at once, and goes when its turn comes.
-		return Action{Verdict: Wait, At: f.Now, Reason: WaitFIFOTurn, Served: true}
+		return Action{Verdict: Wait, At: f.Now, Reason: webhookd.WaitingFIFOTurn, Served: true}
 	case f.Kind.person() || !f.Breaker || f.Circuit == webhookd.CircuitClosed:
 		return Action{Verdict: Send}
 	case f.ProbeAt == nil || !f.ProbeAt.After(f.Now):
@@ -143,9 +134,9 @@ func Decide(f Facts) Action {
 	// probe. Past its window while a probe is in flight, it looks again
 	// after the first probe's wait (the probe may yet close the circuit).
 	if end := f.CreatedAt.Add(f.Window); end.After(f.Now) {
-		return Action{Verdict: Wait, At: end, Reason: WaitCircuitOpen}
+		return Action{Verdict: Wait, At: end, Reason: webhookd.WaitingCircuitOpen}
 	}
-	return Action{Verdict: Wait, At: f.Now.Add(f.FirstProbe), Reason: WaitCircuitOpen}
+	return Action{Verdict: Wait, At: f.Now.Add(f.FirstProbe), Reason: webhookd.WaitingCircuitOpen}
 }
 
 // notHeld decides for a claim that did not get the delivery.
@@ -162,7 +153,7 @@ func notHeld(f Facts, waiting bool) Action {
 		case f.NextAttemptAt != nil && f.NextAttemptAt.After(f.Now):
 			return Action{Verdict: Later, At: *f.NextAttemptAt}
 		case f.Behind:
-			return Action{Verdict: Wait, Reason: WaitFIFOTurn}
+			return Action{Verdict: Wait, Reason: webhookd.WaitingFIFOTurn}
 		}
 	case KindManual:
 		if !f.ManualPending {

@@ -108,7 +108,7 @@ func TestManualRedeliveryWaitsItsTurn(t *testing.T) {
 			t.Fatalf("event 1 was sent while event 0 ahead of it still waits (requests by event %v)", seq)
 		}
 	}
-	if d := e.delivery(second); d.WaitingReason != dispatcher.WaitFIFOTurn || d.Status != webhookd.DeliveryPending {
+	if d := e.delivery(second); d.WaitingReason != webhookd.WaitingFIFOTurn || d.Status != webhookd.DeliveryPending {
 		t.Fatalf("the redelivered delivery is %s, waiting %q; want pending, waiting for its turn", d.Status, d.WaitingReason)
 	}
 }

@@ -43,7 +43,7 @@ func TestDecide(t *testing.T) {
 		{"another attempt holds it for 2 s", with(func(f *Facts) { f.Held, f.OtherUntil = false, at(2*time.Second) }),
 			Action{Verdict: Later, At: now.Add(2 * time.Second)}},
 		{"ordered, behind others: waits its turn", with(func(f *Facts) { f.Held, f.FIFO, f.Behind = false, true, true }),
-			Action{Verdict: Wait, Reason: WaitFIFOTurn}},
+			Action{Verdict: Wait, Reason: webhookd.WaitingFIFOTurn}},
 		{"manual request served or replaced", with(func(f *Facts) { f.Kind, f.Held = KindManual, false }), Action{Verdict: Skip}},
 		{"manual request pending, delivery leased by another", with(func(f *Facts) { f.Kind, f.Held, f.ManualPending = KindManual, false, true }),
 			Action{Verdict: Later, At: now.Add(busyLook)}},
@@ -59,7 +59,7 @@ func TestDecide(t *testing.T) {
 
 		// The breaker.
 		{"open circuit, probe ahead: wait until the window's end (the probe has its own wake-up)", with(open(20 * time.Second)),
-			wait(now.Add(-time.Minute+window), WaitCircuitOpen)},
+			wait(now.Add(-time.Minute+window), webhookd.WaitingCircuitOpen)},
 		{"open circuit, probe due: probe", with(open(0)), probe},
 		{"open circuit, probe overdue: probe", with(open(-time.Hour)), probe},
 		{"open circuit, window passed, probe ahead: dead letter", with(func(f *Facts) {
@@ -73,13 +73,13 @@ func TestDecide(t *testing.T) {
 		{"open circuit, window ends before the probe: wait until its end", with(func(f *Facts) {
 			open(10 * time.Minute)(f)
 			f.CreatedAt = now.Add(-window + time.Minute)
-		}), wait(now.Add(time.Minute), WaitCircuitOpen)},
+		}), wait(now.Add(time.Minute), webhookd.WaitingCircuitOpen)},
 		{"probe in flight: wait until the window's end", with(func(f *Facts) {
 			f.Circuit, f.ProbeAt = webhookd.CircuitProbing, at(time.Hour)
-		}), wait(now.Add(-time.Minute+window), WaitCircuitOpen)},
+		}), wait(now.Add(-time.Minute+window), webhookd.WaitingCircuitOpen)},
 		{"probe in flight, window passed: not dead (its probe may succeed)", with(func(f *Facts) {
 			f.Circuit, f.ProbeAt, f.CreatedAt = webhookd.CircuitProbing, at(time.Hour), now.Add(-2*window)
-		}), wait(now.Add(30*time.Second), WaitCircuitOpen)},
+		}), wait(now.Add(30*time.Second), webhookd.WaitingCircuitOpen)},
 		{"breaker off: an open circuit holds nothing", with(func(f *Facts) { open(time.Minute)(f); f.Breaker = false }), send},
 		{"manual attempt goes through an open circuit", with(func(f *Facts) { open(time.Minute)(f); f.Kind = KindManual }), send},
 		{"replay goes through an open circuit", with(func(f *Facts) {
@@ -92,12 +92,12 @@ func TestDecide(t *testing.T) {
 		{"ordered head: send", with(func(f *Facts) { f.FIFO = true }), send},
 		{"manual redelivery of a queued ordered delivery waits its turn", with(func(f *Facts) {
 			f.Kind, f.FIFO, f.Behind, f.Status = KindManual, true, true, webhookd.DeliveryRetrying
-		}), Action{Verdict: Wait, At: now, Reason: WaitFIFOTurn, Served: true}},
+		}), Action{Verdict: Wait, At: now, Reason: webhookd.WaitingFIFOTurn, Served: true}},
 		{"manual redelivery of an ordered dead letter goes at once", with(func(f *Facts) {
 			f.Kind, f.FIFO, f.Behind, f.Status = KindManual, true, true, webhookd.DeliveryDeadLetter
 		}), send},
 		{"ordered head with an open circuit waits for the probe", with(func(f *Facts) { f.FIFO = true; open(time.Minute)(f) }),
-			wait(now.Add(-time.Minute+window), WaitCircuitOpen)},
+			wait(now.Add(-time.Minute+window), webhookd.WaitingCircuitOpen)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

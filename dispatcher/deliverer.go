@@ -186,13 +186,13 @@ func (d *Deliverer) attempt(ctx context.Context, r Request) (Result, error) {
 		slot = endpointSlot{gate: d.gate, ep: r.EndpointID}
 	default:
 		if !d.gate.admit(r.EndpointID) {
-			return Result{}, d.holder.hold(ctx, r.EndpointID, r.DeliveryID, WaitEndpointBusy)
+			return Result{}, d.holder.hold(ctx, r.EndpointID, r.DeliveryID, webhookd.WaitingEndpointBusy)
 		}
 		admitted = true
 		if rate, ok := d.gate.rate(r.EndpointID); ok && auto { // known from an earlier claim: no database work if held back
 			rateChecked = true
 			if _, ok := d.allowed(ctx, r.EndpointID, rate); !ok {
-				return Result{}, d.holder.hold(ctx, r.EndpointID, r.DeliveryID, WaitRateLimit)
+				return Result{}, d.holder.hold(ctx, r.EndpointID, r.DeliveryID, webhookd.WaitingRateLimit)
 			}
 		}
 	}
@@ -230,16 +230,16 @@ func (d *Deliverer) attempt(ctx context.Context, r Request) (Result, error) {
 	probe := act.Verdict == Probe
 	if auto && !rateChecked && l.Endpoint.RateLimitPerSecond != nil {
 		if at, ok := d.allowed(ctx, del.EndpointID, *l.Endpoint.RateLimitPerSecond); !ok {
-			return d.holdLeased(ctx, r, &l, at, WaitRateLimit)
+			return d.holdLeased(ctx, r, &l, at, webhookd.WaitingRateLimit)
 		}
 	}
 	if slot.gate == nil {
 		if !admitted && !d.gate.admit(del.EndpointID) { // a task that did not name its endpoint
-			return d.holdLeased(ctx, r, &l, now, WaitEndpointBusy)
+			return d.holdLeased(ctx, r, &l, now, webhookd.WaitingEndpointBusy)
 		}
 		admitted = false // acquire ends the admission either way
 		if !d.gate.acquire(ctx, del.EndpointID) {
-			return d.holdLeased(ctx, r, &l, now, WaitEndpointBusy)
+			return d.holdLeased(ctx, r, &l, now, webhookd.WaitingEndpointBusy)
 		}
 		slot = endpointSlot{gate: d.gate, ep: del.EndpointID}
 	}
@@ -253,14 +253,14 @@ func (d *Deliverer) attempt(ctx context.Context, r Request) (Result, error) {
 	// failure that opened it): it waits for the probe too.
 	if auto && !probe && d.circuit.After > 0 && d.gate.circuitOpen(del.EndpointID) {
 		slot.release()
-		return d.holdLeased(ctx, r, &l, d.circuitWait(&l, now), WaitCircuitOpen)
+		return d.holdLeased(ctx, r, &l, d.circuitWait(&l, now), webhookd.WaitingCircuitOpen)
 	}
 	if d.leaseInDoubt() {
 		// Its heartbeats have not landed for a while: another process may
 		// have voided its leases and given this delivery to another attempt
 		// (on an ordered endpoint, a second request in flight). Not sent.
 		slot.release()
-		return d.holdLeased(ctx, r, &l, now, WaitEndpointBusy)
+		return d.holdLeased(ctx, r, &l, now, webhookd.WaitingEndpointBusy)
 	}
 	return d.send(ctx, r, &l, &slot, probe)
 }
@@ -356,7 +356,7 @@ func (d *Deliverer) wait(ctx context.Context, r Request, l *storage.Lease, act A
 		return Result{Status: del.Status, HeldFor: del.EndpointID}, d.holder.waitTurn(ctx, del.EndpointID, r.taskID())
 	case act.Served:
 		at := act.At
-		t := storage.Transition{Status: del.Status, NextAttemptAt: &at, ManualDone: true, Waiting: WaitFIFOTurn, Now: act.At}
+		t := storage.Transition{Status: del.Status, NextAttemptAt: &at, ManualDone: true, Waiting: webhookd.WaitingFIFOTurn, Now: act.At}
 		if _, err := d.finish(ctx, r, l, nil, t); err != nil {
 			return Result{}, err
 		}
@@ -398,7 +398,7 @@ func (d *Deliverer) holdLeased(ctx context.Context, r Request, l *storage.Lease,
 	waits := ""
 	if r.kind() == KindAuto {
 		waits = reason
-		if reason != WaitCircuitOpen {
+		if reason != webhookd.WaitingCircuitOpen {
 			at = d.clock.Now().Add(holdFor)
 		}
 	}
@@ -412,7 +412,7 @@ func (d *Deliverer) holdLeased(ctx context.Context, r Request, l *storage.Lease,
 		return res, &RetryAt{At: at, Reason: "held back: " + reason}
 	case r.Manual:
 		return res, d.holder.holdManual()
-	case reason != WaitCircuitOpen:
+	case reason != webhookd.WaitingCircuitOpen:
 		d.holder.remember(ep)
 	}
 	return res, &RetryAt{At: at, Reason: "held back: " + reason}

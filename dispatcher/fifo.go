@@ -31,10 +31,10 @@ import (
 // waitTurn holds back delivery id, which is not the head of its endpoint's
 // queue, until passTurn or the reconciler wakes it.
 func (h *holder) waitTurn(ctx context.Context, ep, id string) error {
-	if _, err := h.holds.Do(context.WithoutCancel(ctx), storage.Hold{DeliveryID: id, Reason: WaitFIFOTurn}); err != nil {
-		return &RetryAt{At: h.clock.Now().Add(time.Second), Reason: WaitFIFOTurn}
+	if _, err := h.holds.Do(context.WithoutCancel(ctx), storage.Hold{DeliveryID: id, Reason: webhookd.WaitingFIFOTurn}); err != nil {
+		return &RetryAt{At: h.clock.Now().Add(time.Second), Reason: webhookd.WaitingFIFOTurn}
 	}
-	h.held.WithLabelValues(WaitFIFOTurn).Inc()
+	h.held.WithLabelValues(webhookd.WaitingFIFOTurn).Inc()
 	return &RetryAt{At: h.clock.Now().Add(holdFor), Reason: "held back: waiting for its turn"}
 }
 

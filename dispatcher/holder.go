@@ -71,7 +71,7 @@ func (h *holder) hold(ctx context.Context, ep, id, reason string) error {
 // looks again shortly. Manual attempts are a person's, few, so they are
 // not worth a wait of their own.
 func (h *holder) holdManual() error {
-	return &RetryAt{At: h.clock.Now().Add(manualLook), Reason: "held back: " + WaitEndpointBusy}
+	return &RetryAt{At: h.clock.Now().Add(manualLook), Reason: "held back: " + webhookd.WaitingEndpointBusy}
 }
 
 // manualLook is how soon a manual attempt that found no room looks again.

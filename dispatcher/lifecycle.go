@@ -58,7 +58,7 @@ func (d *Deliverer) takeProbe(ctx context.Context, r Request, l *storage.Lease, 
 	if err != nil {
 		return Result{}, err, false
 	}
-	res, err = d.holdLeased(ctx, r, l, d.circuitWait(l, now), WaitCircuitOpen)
+	res, err = d.holdLeased(ctx, r, l, d.circuitWait(l, now), webhookd.WaitingCircuitOpen)
 	return res, err, false
 }
 

@@ -261,7 +261,7 @@ func (db *DB) RecordAttempts(ctx context.Context, rs []Record) ([]bool, error) {
 		nexts[i], nows[i], manualDone[i], disable[i], replayedBy[i] = t.NextAttemptAt, t.Now, t.ManualDone, t.DisableEndpoint, t.ReplayedBy
 		waiting[i] = t.Waiting
 		if waiting[i] == "" && t.Status == webhookd.DeliveryRetrying && t.NextAttemptAt != nil {
-			waiting[i] = "schedule"
+			waiting[i] = webhookd.WaitingSchedule
 		}
 		if a := r.Attempt; a != nil {
 			counts[i], codes[i], errTexts[i] = int32(a.Number), a.StatusCode, a.Error
