@@ -181,6 +181,15 @@ func (q *Queue) enqueueTask(ctx context.Context, task *asynq.Task, id string, at
 // (an archived TaskID would block the reconciler's re-enqueue).
 const maxRetry = 1 << 30
 
+// Pending tells how many tasks wait in the queue for a worker.
+func (q *Queue) Pending(ctx context.Context) (int, error) {
+	info, err := q.inspector.GetQueueInfo(q.queue)
+	if err != nil {
+		return 0, fmt.Errorf("queue info: %w", err)
+	}
+	return info.Pending, nil
+}
+
 // Register adds the queue to asynq's set of queues. asynq's client adds it
 // on its first enqueue and never again, so after Redis lost its data the
 // queue is missing there, and asynq's Inspector (RunTask, GetQueueInfo)

@@ -15,8 +15,17 @@ import (
 const DefaultReconcileMaxPerPass = 10000
 
 // DefaultReconcileGrace is how long a due delivery is left to its own task
-// before the reconciler offers it to the queue again.
-const DefaultReconcileGrace = 10 * time.Second
+// before the reconciler offers it to the queue again, while the queue has
+// a backlog; quietGrace while it has none (fewer than quietBacklog tasks
+// wait for a worker). A delivery in a backlog is overdue without anything
+// being lost, and offering each again costs two Redis calls; in a quiet
+// queue an overdue delivery's wake-up was lost (an enqueue that failed, a
+// Redis link cut), and it should go within seconds.
+const (
+	DefaultReconcileGrace = 10 * time.Second
+	quietGrace            = 2 * time.Second
+	quietBacklog          = 1000
+)
 
 // Reconciler re-enqueues every delivery PostgreSQL says is due. Enqueueing
 // uses TaskID = delivery id, so a delivery that still has a live task is
@@ -67,6 +76,7 @@ type Reconciler struct {
 	cursor storage.DueCursor
 	last   time.Time // when this process last ran a pass
 	lost   bool      // Redis lost its data and no pass here has run since
+	quiet  bool      // the queue had no backlog at this pass's start (grace)
 	loop
 }
 
@@ -158,6 +168,7 @@ func (r *Reconciler) RunOnce(ctx context.Context) (ran bool, offered int, err er
 func (r *Reconciler) runOnce(ctx context.Context, lost bool) (ran bool, offered int, err error) {
 	ran, err = r.DB.AsLeader(ctx, "reconciler", func(ctx context.Context) error {
 		err := r.Queue.Register(ctx) // after Redis lost its data
+		r.look(ctx)
 		n, offerErr := r.offerDue(ctx, lost)
 		offered = n
 		r.wakeHeads(ctx)
@@ -169,12 +180,20 @@ func (r *Reconciler) runOnce(ctx context.Context, lost bool) (ran bool, offered 
 // grace is how long a due delivery is left to its own task.
 func (r *Reconciler) grace() time.Duration {
 	switch {
+	case r.Grace == 0 && r.quiet:
+		return quietGrace
 	case r.Grace == 0:
 		return DefaultReconcileGrace
 	case r.Grace < 0:
 		return 0
 	}
 	return r.Grace
+}
+
+// look notes whether the queue is quiet for this pass's grace.
+func (r *Reconciler) look(ctx context.Context) {
+	n, err := r.Queue.Pending(ctx)
+	r.quiet = err == nil && n < quietBacklog
 }
 
 // offerDue offers the next window of due deliveries to the queue: a

@@ -39,9 +39,9 @@ type Config struct {
 	// attempt.
 	EndpointInitialLimit int
 	// ReconcileInterval is how often due deliveries without a live task
-	// are re-enqueued; default 5s. ReconcileGrace is how long overdue a
-	// delivery must be before the reconciler offers it; default 10s,
-	// negative for none.
+	// are re-enqueued; default 2s. ReconcileGrace is how long overdue a
+	// delivery must be before the reconciler offers it; default 2s while
+	// the queue has no backlog, 10s while it has, negative for none.
 	ReconcileInterval time.Duration
 	ReconcileGrace    time.Duration
 	// PollInterval is how often an idle worker asks asynq for new tasks;
@@ -84,7 +84,7 @@ func (c Config) WithDefaults() Config {
 		c.EndpointInitialLimit = 10
 	}
 	if c.ReconcileInterval == 0 {
-		c.ReconcileInterval = 5 * time.Second
+		c.ReconcileInterval = 2 * time.Second
 	}
 	if c.PollInterval == 0 {
 		c.PollInterval = 5 * time.Millisecond

@@ -33,7 +33,7 @@ type Config struct {
 	CircuitProbes        string        // WEBHOOKD_CIRCUIT_PROBES; 30s,1m,2m,5m,10m (the last repeats)
 	EndpointDisableAfter time.Duration // WEBHOOKD_ENDPOINT_DISABLE_AFTER; 120h (0: never)
 	DatabaseMaxConns     int           // WEBHOOKD_DATABASE_MAX_CONNS; 20
-	ReconcileInterval    time.Duration // WEBHOOKD_RECONCILE_INTERVAL; 5s
+	ReconcileInterval    time.Duration // WEBHOOKD_RECONCILE_INTERVAL; 2s
 	LogLevel             string        // WEBHOOKD_LOG_LEVEL; info
 	TrustedProxies       string        // WEBHOOKD_TRUSTED_PROXIES; none (comma-separated CIDRs or addresses)
 	LogFormat            string        // WEBHOOKD_LOG_FORMAT; "" (JSON lines, text on a terminal), json or text
@@ -83,7 +83,7 @@ func DefaultConfig() Config {
 		WorkerConcurrency:    500,
 		EndpointInitialLimit: 10,
 		DatabaseMaxConns:     20,
-		ReconcileInterval:    5 * time.Second,
+		ReconcileInterval:    2 * time.Second,
 		LogLevel:             "info",
 		RequestTimeout:       30 * time.Second,
 		DrainTimeout:         30 * time.Second,
