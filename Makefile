@@ -25,7 +25,7 @@ BENCH_TOOL        ?= bin/webhookd-bench
 BENCH_SMOKE_FLAGS ?= -runs 1 -ceiling-tasks 5000 -burst-events 1000 -slow-deliveries 2000 \
 	-noisy-duration 5s -steady-duration 5s -scheduled-count 20000 -ingest-events 2000 -redis-down-events 500 \
 	-ingest-batch-events 10000 -one-slow-events 2000 -capacity-events 1500 -kill-in-flight 60 -kill-rate 50 -flush-duration 4s -many-endpoints 2000 -fifo-events 300 \
-	-stall-timeout 10s -max-wait 1m
+	-rest-endpoints 100 -rest-deliveries 5000 -rest-duration 5s -stall-timeout 10s -max-wait 1m
 # make bench BASELINE=bin/webhookd-base (or bench-smoke) also measures that
 # binary, alternately with $(BIN) in the same session, and reports both and
 # their ratio; make bench-baseline REV=<revision> builds it.
