@@ -25,7 +25,7 @@ BENCH_TOOL        ?= bin/webhookd-bench
 BENCH_SMOKE_FLAGS ?= -runs 1 -ceiling-tasks 5000 -burst-events 1000 -slow-deliveries 2000 \
 	-noisy-duration 5s -steady-duration 5s -scheduled-count 20000 -ingest-events 2000 -redis-down-events 500 \
 	-ingest-batch-events 10000 -one-slow-events 2000 -capacity-events 1500 -kill-in-flight 60 -kill-rate 50 -flush-duration 4s -many-endpoints 2000 -fifo-events 300 \
-	-stall-timeout 10s -max-wait 1m
+	-rest-endpoints 100 -rest-deliveries 5000 -rest-duration 5s -stall-timeout 10s -max-wait 1m
 # make bench BASELINE=bin/webhookd-base (or bench-smoke) also measures that
 # binary, alternately with $(BIN) in the same session, and reports both and
 # their ratio; make bench-baseline REV=<revision> builds it.
@@ -85,7 +85,7 @@ fuzz:
 	done
 
 ## bench: the Go benchmarks, then the load tool against bin/webhookd (every
-## scenario 3 times, medians) writing BENCHMARKS.md; about 25 minutes on 2 cores.
+## scenario 3 times, medians) writing BENCHMARKS.md; about 30 minutes on 2 cores.
 ## With BASELINE=bin/webhookd-base every scenario run is measured on that
 ## binary too, alternately with bin/webhookd (about twice as long), and the
 ## report gives both medians, their ratio, and any figure over 10% worse
@@ -120,13 +120,14 @@ chaos: build bench-tool
 	$(BENCH_TOOL) chaos -webhookd $(BIN) -duration $(CHAOS_DURATION) -seed $(CHAOS_SEED) -out RELIABILITY.md $(CHAOS_FLAGS)
 
 ## chaos-smoke: two short soaks printed to stdout, what CI runs: a fixed seed
-## and a random one, 60 s of load and faults each
+## and a random one, 60 s of load and faults each; CHAOS_FLAGS are passed to
+## both (e.g. CHAOS_FLAGS='-liveness-bound 15s')
 CHAOS_SMOKE_SEED ?= 21
 ## (both run even when the first fails, so every submission tries a new seed)
 chaos-smoke: build bench-tool
 	@rc=0; \
-	$(BENCH_TOOL) chaos -webhookd $(BIN) -duration 60s -fault-gap 5s -seed $(CHAOS_SMOKE_SEED) -out - || rc=1; \
-	$(BENCH_TOOL) chaos -webhookd $(BIN) -duration 60s -fault-gap 5s -seed 0 -out - || rc=1; \
+	$(BENCH_TOOL) chaos -webhookd $(BIN) -duration 60s -fault-gap 5s -seed $(CHAOS_SMOKE_SEED) -out - $(CHAOS_FLAGS) || rc=1; \
+	$(BENCH_TOOL) chaos -webhookd $(BIN) -duration 60s -fault-gap 5s -seed 0 -out - $(CHAOS_FLAGS) || rc=1; \
 	exit $$rc
 
 ## bench-tool: compile the load tool into bin/

@@ -25,6 +25,7 @@ type chaosOptions struct {
 	Grace         time.Duration // -grace; 10s after a fault still counted as its outage
 	DrainBound    time.Duration // -drain-bound; 3m for the backlog to drain after the last fault
 	RetrySchedule string        // -retry-schedule; 1s,2s,5s,10s
+	LivenessBound time.Duration // -liveness-bound; 5s a delivery may wait past its time, outside faults
 	Out           string        // -out; - (stdout), e.g. RELIABILITY.md
 }
 
@@ -38,6 +39,8 @@ func (o *chaosOptions) bind(fs *flag.FlagSet) {
 	fs.DurationVar(&o.Grace, "grace", 10*time.Second, "how long after a fault ends an answer still counts as during its outage")
 	fs.DurationVar(&o.DrainBound, "drain-bound", 3*time.Minute, "the longest the backlog may take to drain after the last fault")
 	fs.StringVar(&o.RetrySchedule, "retry-schedule", "1s,2s,5s,10s", "WEBHOOKD_RETRY_SCHEDULE of the soak")
+	fs.DurationVar(&o.LivenessBound, "liveness-bound", 5*time.Second,
+		"the longest a delivery may wait past its next_attempt_at (and a probe past its probe_at), time under a fault on a worker, PostgreSQL or Redis not counted")
 	fs.StringVar(&o.Out, "out", "-", `report file ("-": stdout)`)
 }
 
@@ -49,6 +52,8 @@ func (o *chaosOptions) Validate() error {
 		return errors.New("-rate and -senders must be at least 1")
 	case o.FaultGap < time.Second || o.Grace < 0 || o.DrainBound <= 0:
 		return errors.New("-fault-gap must be at least 1s, -grace not negative, -drain-bound positive")
+	case o.LivenessBound < time.Second:
+		return errors.New("-liveness-bound must be at least 1s (PostgreSQL is sampled every second)")
 	}
 	return nil
 }
@@ -126,6 +131,8 @@ func soak(ctx context.Context, o *chaosOptions) (*chaosReport, error) {
 	}
 	runner := &faultRunner{sys: sys}
 	stopSampling := sys.sampleRSS(2 * time.Second)
+	live := newLivenessSampler(sys.db.URL, o.LivenessBound, time.Second)
+	live.Start(ctx)
 	start := time.Now()
 	loadCtx, stopLoad := context.WithTimeout(ctx, o.Duration)
 	defer stopLoad()
@@ -155,8 +162,9 @@ func soak(ctx context.Context, o *chaosOptions) (*chaosReport, error) {
 		return nil, err
 	}
 	stopSampling()
+	live.Stop()
 	progress("chaos: backlog %s; checking the ledger", map[bool]string{true: "drained", false: "NOT drained"}[drained])
-	rep, err := buildChaosReport(ctx, o, sys, load, runner.Records(), plan, start, faultsOver, resolved)
+	rep, err := buildChaosReport(ctx, o, sys, load, live, runner.Records(), plan, start, faultsOver, resolved)
 	if err == nil && len(rep.Failures) > 0 {
 		sys.keep = true // the processes' logs, for the request ids the report names
 	}
@@ -166,18 +174,22 @@ func soak(ctx context.Context, o *chaosOptions) (*chaosReport, error) {
 // createEndpoints adds the soak's endpoints to the receiver and the API.
 func (s *chaosSystem) createEndpoints(ctx context.Context) error {
 	api := newAPIClient("http://"+s.Serves()[0].APIAddr, s.key)
-	s.endpointNames = make(map[string]string)
+	s.endpointNames, s.endpointIDs = make(map[string]string), make(map[string]string)
 	for _, e := range chaosEndpoints {
 		url := s.recv.Add(e.name, e.behaviour)
 		types := e.types
 		if types == nil {
 			types = []string{}
 		}
-		id, _, err := api.CreateEndpoint(ctx, endpointIn{URL: url, EventTypes: types})
+		id, supported, err := api.CreateEndpoint(ctx, endpointIn{URL: url, EventTypes: types, Ordering: e.ordering})
 		if err != nil {
 			return err
 		}
+		if !supported {
+			return fmt.Errorf("endpoint %s: webhookd refused its ordering %q", e.name, e.ordering)
+		}
 		s.endpointNames[id] = e.name
+		s.endpointIDs[e.name] = id
 	}
 	return nil
 }

@@ -79,7 +79,32 @@ func planFaults(seed uint64, duration, gap time.Duration, procs, proxies []strin
 		}
 		plan = append(plan, f)
 	}
-	return plan
+	return insertStall(plan, seed, duration, proxies)
+}
+
+// insertStall adds the heartbeat stall to plan: seconds of latency on one
+// worker's PostgreSQL link, from a third of the soak on, for longer than a
+// heartbeat may be late (storage.WorkerStale, 5 s), so that worker is found
+// dead while it still runs and its records must be refused. It draws from
+// a generator of its own: the rest of a seed's plan stays as it was.
+func insertStall(plan []plannedFault, seed uint64, duration time.Duration, proxies []string) []plannedFault {
+	var links []string
+	for _, p := range proxies {
+		if strings.HasPrefix(p, "worker-") && strings.HasSuffix(p, "/postgres") {
+			links = append(links, p)
+		}
+	}
+	if len(links) == 0 {
+		return plan
+	}
+	rng := rand.New(rand.NewPCG(seed, 8))
+	f := plannedFault{Kind: "heartbeat-stall", Targets: []string{links[rng.IntN(len(links))]},
+		At:    duration/3 + time.Duration(rng.Int64N(int64(duration/6))),
+		Hold:  10*time.Second + time.Duration(rng.Int64N(int64(4*time.Second))),
+		Param: 6000 + rng.IntN(2001)}
+	f.Hold = min(f.Hold, duration-f.At)
+	i := sort.Search(len(plan), func(i int) bool { return plan[i].At > f.At })
+	return slices.Insert(plan, i, f)
 }
 
 // faultRecord is a fault as it happened.
@@ -242,6 +267,8 @@ func toxicFor(kind string, param int) toxic {
 	switch kind {
 	case "latency":
 		t.Attributes["latency"], t.Attributes["jitter"] = param, param/4
+	case "heartbeat-stall": // latency, steady: every beat of the worker times out
+		t.Type, t.Attributes["latency"] = "latency", param
 	case "reset_peer", "timeout":
 		t.Attributes["timeout"] = param
 	case "blackhole": // a timeout toxic of 0 holds the data until it is removed

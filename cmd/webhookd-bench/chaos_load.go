@@ -19,25 +19,38 @@ import (
 // falls to one request per worker, each held for the response timeout
 // (3 s), so 2 workers take 2/3 of an attempt a second there; at 20 events
 // a second, 2 per mille need 0.2 (5 attempts each), a share a drain can
-// finish. At 1% a 30-minute soak left 111 of them waiting.
+// finish. At 1% a 30-minute soak left 111 of them waiting. account.updated
+// goes to the ordered endpoint, one request at a time and held by each
+// failure's retry: 4% (0.8 a second at 20 events a second) is a queue it
+// keeps up with between faults.
 var chaosEventTypes = []struct {
 	name   string
 	permil int
-}{{"order.created", 698}, {"order.paid", 300}, {"audit.logged", 2}}
+}{{"order.created", 658}, {"order.paid", 300}, {"account.updated", 40}, {"audit.logged", 2}}
+
+// opsTypes are webhookd's operational event types (SPEC §3), which the
+// ops endpoint subscribes to by name.
+var opsTypes = []string{"webhookd.endpoint.circuit_opened", "webhookd.endpoint.circuit_closed",
+	"webhookd.endpoint.disabled", "webhookd.delivery.dead_lettered"}
 
 // chaosEndpoints are the soak's endpoints: name, behaviour, event types
-// (none: every type).
+// (none: every type of the senders'), ordering. flapping opens and closes
+// its circuit; ops takes webhookd's operational events and none of the
+// senders'.
 var chaosEndpoints = []struct {
 	name      string
 	behaviour chaosBehaviour
 	types     []string
+	ordering  string
 }{
-	{"instant", chaosInstant, nil},
-	{"slow", chaosSlow, nil},
-	{"flapping", chaosFlapping, []string{"order.created", "order.paid"}},
-	{"ratelimited", chaosRateLimited, []string{"order.paid", "audit.logged"}},
-	{"hanging", chaosHanging, []string{"audit.logged"}},
-	{"gone", chaosGone, []string{"order.created"}},
+	{"instant", chaosInstant, nil, ""},
+	{"slow", chaosSlow, nil, ""},
+	{"flapping", chaosFlapping, []string{"order.created", "order.paid"}, ""},
+	{"ratelimited", chaosRateLimited, []string{"order.paid", "audit.logged"}, ""},
+	{"hanging", chaosHanging, []string{"audit.logged"}, ""},
+	{"gone", chaosGone, []string{"order.created"}, ""},
+	{"ordered", chaosOrdered, []string{"account.updated"}, "fifo"},
+	{"ops", chaosInstant, opsTypes, ""},
 }
 
 // routes names the endpoints an event of type t must reach.
@@ -120,10 +133,12 @@ type sendOp struct {
 	batch  bool
 
 	mu       sync.Mutex
-	ids      []string // the event ids of the first success
-	err      error    // the last failure while ids is nil
-	repeats  int      // successful repeats with the same key
-	mismatch []string // a repeat answered with other ids than the first
+	sentAt   time.Time // the first try began
+	okAt     time.Time // the first success came back
+	ids      []string  // the event ids of the first success
+	err      error     // the last failure while ids is nil
+	repeats  int       // successful repeats with the same key
+	mismatch []string  // a repeat answered with other ids than the first
 }
 
 // chaosLoad is the senders: the project's Go client, one per serve
@@ -234,6 +249,11 @@ func pickType(rng *rand.Rand) string {
 func (l *chaosLoad) send(ctx context.Context, op *sendOp, i int) {
 	var ids []string
 	var err error
+	op.mu.Lock()
+	if op.sentAt.IsZero() {
+		op.sentAt = time.Now()
+	}
+	op.mu.Unlock()
 	opt := client.WithIdempotencyKey(op.key)
 	if op.batch {
 		var evs []client.Event
@@ -263,7 +283,7 @@ func (op *sendOp) record(ids []string, err error) {
 			op.err = err
 		}
 	case op.ids == nil:
-		op.ids, op.err = ids, nil
+		op.ids, op.err, op.okAt = ids, nil, time.Now()
 	case slices.Equal(op.ids, ids):
 		op.repeats++
 	default:

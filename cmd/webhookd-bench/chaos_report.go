@@ -29,6 +29,7 @@ type chaosReport struct {
 	Faults      []faultRecord
 	Recovery    map[string]time.Duration // kind -> longest recovery after it
 	Ledger      chaosLedger
+	Seams       seamLedger
 	Answers     answerCounts
 	RSS         []rssLine
 	Failures    []string
@@ -54,8 +55,8 @@ type rssLine struct {
 	Flat                 bool
 }
 
-func buildChaosReport(ctx context.Context, o *chaosOptions, sys *chaosSystem, load *chaosLoad, faults []faultRecord,
-	plan []plannedFault, start, faultsOver time.Time, resolved int) (*chaosReport, error) {
+func buildChaosReport(ctx context.Context, o *chaosOptions, sys *chaosSystem, load *chaosLoad, live *livenessSampler,
+	faults []faultRecord, plan []plannedFault, start, faultsOver time.Time, resolved int) (*chaosReport, error) {
 	r := &chaosReport{Opts: o, Date: time.Now().UTC(), Commit: gitCommit(o.Out), Machine: machine(),
 		Command: commandLine(), Ran: faultsOver.Sub(start), Plan: plan, Faults: faults, Resolved: resolved,
 		Recovery: make(map[string]time.Duration)}
@@ -71,6 +72,12 @@ func buildChaosReport(ctx context.Context, o *chaosOptions, sys *chaosSystem, lo
 		return nil, err
 	}
 	r.Ledger = checkLedger(load, sys.recv, st, faults, o.Grace)
+	seams, err := sys.readSeams(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r.Seams = checkSeams(load, sys.recv, seams, st, faults, o.Grace, o.LivenessBound)
+	r.Seams.Liveness = live.judge(faults, sys.endpointNames)
 	r.Answers = countAnswers(load.answers.All(), faults, o.Grace)
 	for _, f := range faults {
 		if f.Err != nil {
@@ -203,6 +210,23 @@ func (r *chaosReport) judge() {
 	for _, s := range r.RSS {
 		fail(!s.Flat, "%s's resident set grew from %s to %s", s.Name, mb(s.Early), mb(s.Late))
 	}
+	sm, lv := r.Seams, r.Seams.Liveness
+	fail(sm.MostInFlight > 1, "the ordered endpoint held %d requests at once", sm.MostInFlight)
+	fail(sm.OutOfOrder > 0, "%d requests to the ordered endpoint came after a later event's", sm.OutOfOrder)
+	fail(sm.NumberedAgainst > 0, "%d pairs of ordered events numbered against the order the API accepted them", sm.NumberedAgainst)
+	fail(sm.Openings == 0, "the flapping endpoint's circuit never opened (no circuit_opened event)")
+	fail(sm.ProbesLate > 0, "%d openings of a circuit whose first probe came more than %s after its probe_at, outside faults",
+		sm.ProbesLate, r.Opts.LivenessBound)
+	fail(sm.FlappingStranded > 0, "%d events for the flapping endpoint neither delivered nor dead-lettered", sm.FlappingStranded)
+	fail(sm.OpsMissing > 0, "%d operational events never reached the ops endpoint", sm.OpsMissing)
+	fail(sm.OpsUnknown > 0, "%d event ids at the ops endpoint that are no operational event", sm.OpsUnknown)
+	fail(sm.OpsDuplicates > 0, "%d operational events reached the ops endpoint again outside every fault", sm.OpsDuplicates)
+	fail(sm.HistoryBroken > 0, "%d breaks in the circuits' history of operational events", sm.HistoryBroken)
+	fail(sm.DeadLettersUntold > 0, "%d dead letters with no webhookd.delivery.dead_lettered event", sm.DeadLettersUntold)
+	fail(sm.DeadLettersTwice > 0, "%d dead letters told more than once", sm.DeadLettersTwice)
+	fail(lv.Overdue > 0, "%d deliveries waited more than %s past their time outside faults (worst %s: %s)",
+		lv.Overdue, lv.Bound, lv.Worst.Round(100*time.Millisecond), lv.WorstWhat)
+	fail(lv.Samples == 0, "liveness: PostgreSQL was never sampled")
 	fail(len(r.FaultErrors) > 0, "faults that could not be injected or undone: %s", strings.Join(r.FaultErrors, "; "))
 }
 
@@ -217,8 +241,11 @@ func (r *chaosReport) Write(w io.Writer) error {
 	p("Written by `make chaos` (`bin/webhookd-bench chaos`): 2 `webhookd serve` and 2 `webhookd worker` processes on one "+
 		"throwaway PostgreSQL server and one redis-server, each process reaching both through a toxiproxy proxy of its own; "+
 		"senders on the Go client (`client/`) over both serve processes (single events, batches of 2–10, 12%% repeats of an "+
-		"earlier send with its Idempotency-Key); endpoints answering at once, in 200 ms, flapping (503 for 4 s in 8), 429 with "+
-		"`Retry-After: 1` to a third, hanging (2 events in 1,000), and 410 from %s on; faults on a seeded schedule; then the ledger.", r.Opts.Duration*2/5)
+		"earlier send with its Idempotency-Key); endpoints answering at once, in 200 ms, flapping (500 for 4 s in 8, its circuit "+
+		"opening and closing), 429 with `Retry-After: 1` to a third, hanging (2 events in 1,000), 410 from %s on, ordered "+
+		"(`ordering: fifo`, 40 events in 1,000) and ops (webhookd's operational events); faults on a seeded schedule, among "+
+		"them a heartbeat stall (seconds of latency on one worker's PostgreSQL link); PostgreSQL sampled each second for "+
+		"deliveries waiting past their time; then the ledger.", r.Opts.Duration*2/5)
 	p("")
 	verdict := "**the ledger holds**"
 	if len(r.Failures) > 0 {
@@ -245,13 +272,16 @@ func (r *chaosReport) Write(w io.Writer) error {
 		for _, f := range r.Failures {
 			p("- %s", f)
 		}
-		for _, e := range append(slices.Clone(r.Ledger.Examples), r.Answers.Examples...) {
+		examples := append(slices.Clone(r.Ledger.Examples), r.Answers.Examples...)
+		examples = append(append(examples, r.Seams.Examples...), r.Seams.Liveness.Examples...)
+		for _, e := range examples {
 			p("  - e.g. %s", e)
 		}
 		p("")
 	}
 	r.writeFaults(p)
 	r.writeLedger(p)
+	r.writeSeams(p)
 	p("## Resident set per process")
 	p("")
 	p("The longest-lived incarnation of each slot, sampled every 2 s, after its first fifth: median of the first third " +
@@ -362,6 +392,48 @@ func (r *chaosReport) writeLedger(p func(string, ...any)) {
 	p("| no answer (refused, reset) | %d |", a.NoAnswer)
 	p("| any other status | %v |", a.OtherStatus)
 	p("| 503s, timeouts and failures outside every fault (+%s) | %d |", r.Opts.Grace, a.OutsideOutage)
+	p("")
+}
+
+func (r *chaosReport) writeSeams(p func(string, ...any)) {
+	sm, lv := r.Seams, r.Seams.Liveness
+	p("## The engine's seams")
+	p("")
+	p("The ordered endpoint (`ordering: fifo`, account.updated; 50 ms an answer, 500 to 1 in 8, 400 to 1 in 40), the " +
+		"flapping endpoint's circuit (500 for 4 s in 8), the ops endpoint (subscribed to the webhookd.* types by name), " +
+		"and every delivery's wait, sampled in PostgreSQL each second.")
+	p("")
+	p("| | |")
+	p("|---|---:|")
+	p("| ordered: events numbered / requests | %d / %d |", sm.OrderedEvents, sm.OrderedRequests)
+	p("| … most requests in flight at once (at most 1) | %d |", sm.MostInFlight)
+	p("| … requests for an event numbered before one already sent | %d |", sm.OutOfOrder)
+	p("| … pairs numbered against the order the API accepted them | %d |", sm.NumberedAgainst)
+	p("| … repeats of the event just sent (retries; duplicates after a fault) | %d |", sm.OrderedRetries)
+	p("| … dead letters (each let the next go) | %d |", sm.OrderedDeadLetter)
+	p("| flapping: circuit openings / closings (operational events) | %d / %d |", sm.Openings, sm.Closings)
+	p("| … first probe within %s of probe_at, outside faults | %d |", r.Opts.LivenessBound, sm.ProbesOnTime)
+	p("| … later | %d |", sm.ProbesLate)
+	p("| … nothing left to probe | %d |", sm.ProbesUnneeded)
+	p("| … latest first probe past probe_at, outside faults | %.1f s |", sm.WorstProbe.Seconds())
+	p("| … events neither delivered nor dead-lettered | %d |", sm.FlappingStranded)
+	for _, k := range sortedKeys(sm.OpsByType) {
+		p("| operational events %s | %d |", k, sm.OpsByType[k])
+	}
+	p("| … circuit_opened received by the ops endpoint | %d |", sm.OpsCircuitReceived)
+	p("| … never received | %d |", sm.OpsMissing)
+	p("| … received and no operational event | %d |", sm.OpsUnknown)
+	p("| … received again outside every fault | %d |", sm.OpsDuplicates)
+	p("| … breaks in a circuit's opened/closed history | %d |", sm.HistoryBroken)
+	p("| … dead letters of the senders' events never told / told twice | %d / %d |", sm.DeadLettersUntold, sm.DeadLettersTwice)
+	p("| liveness: samples (failed) | %d (%d%s) |", lv.Samples, lv.Errors, map[bool]string{true: "", false: "; last: " + oneLine(lv.LastError)}[lv.LastError == ""])
+	p("| … deliveries waiting more than %s past their time, outside faults | %d |", lv.Bound, lv.Overdue)
+	for _, k := range sortedKeys(lv.OverdueByReason) {
+		p("| … … waiting_reason %s | %d |", k, lv.OverdueByReason[k])
+	}
+	p("| … longest wait past its time outside faults | %.1f s |", lv.Worst.Seconds())
+	p("| … longest wait past its time, faults included | %.1f s |", lv.WorstRaw.Seconds())
+	p("| … longest a worker's heartbeat was seen stale | %.1f s |", lv.OldestBeat.Seconds())
 	p("")
 }
 

@@ -33,6 +33,7 @@ type chaosSystem struct {
 	http  *http.Client
 
 	endpointNames map[string]string // endpoint id -> receiver endpoint name
+	endpointIDs   map[string]string // receiver endpoint name -> endpoint id
 	keep          bool              // keep dir (the logs) at Close
 }
 

@@ -20,6 +20,18 @@ func TestPlanFaultsRepeatsAndCoversEveryKind(t *testing.T) {
 	if c := planFaults(43, 3*time.Minute, 6*time.Second, procs, proxies); reflect.DeepEqual(a, c) {
 		t.Fatal("two seeds gave one plan")
 	}
+	stalls := 0
+	for _, f := range a {
+		if f.Kind == "heartbeat-stall" {
+			stalls++
+			if !slices.Contains([]string{"worker-1/postgres"}, f.Targets[0]) || f.Param < 6000 || f.Hold < 10*time.Second {
+				t.Errorf("%s: not a stall of a worker's PostgreSQL link", f)
+			}
+		}
+	}
+	if stalls != 1 {
+		t.Errorf("%d heartbeat stalls in a plan, want 1", stalls)
+	}
 	for _, kind := range faultKinds {
 		if !slices.ContainsFunc(a, func(f plannedFault) bool { return f.Kind == kind }) {
 			t.Errorf("no %s in a 3-minute plan", kind)
@@ -65,5 +77,24 @@ func TestRoutes(t *testing.T) {
 	}
 	if got := routes("order.created"); !slices.Equal(got, []string{"instant", "slow", "flapping", "gone"}) {
 		t.Errorf("order.created goes to %v", got)
+	}
+	if got := routes("account.updated"); !slices.Equal(got, []string{"instant", "slow", "ordered"}) {
+		t.Errorf("account.updated goes to %v", got)
+	}
+}
+
+// covered counts the time under faults once, however they overlap: the
+// liveness and probe checks count only the rest.
+func TestCovered(t *testing.T) {
+	t0 := time.Date(2026, 12, 2, 1, 0, 0, 0, time.UTC)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	w := [][2]time.Time{{at(2), at(5)}, {at(4), at(8)}, {at(10), at(11)}}
+	for _, c := range []struct {
+		from, to int
+		want     time.Duration
+	}{{0, 1, 0}, {0, 20, 7 * time.Second}, {3, 9, 5 * time.Second}, {6, 10, 2 * time.Second}, {9, 10, 0}, {10, 11, time.Second}} {
+		if got := covered(w, at(c.from), at(c.to)); got != c.want {
+			t.Errorf("covered(%d..%d) = %s, want %s", c.from, c.to, got, c.want)
+		}
 	}
 }

@@ -57,6 +57,9 @@ type Options struct {
 	FlushRate      int           // -flush-rate; 300 events/s
 	FlushDuration  time.Duration // -flush-duration; 10s, the flush at half
 	ManyEndpoints  int           // -many-endpoints; 100000
+	RestEndpoints  int           // -rest-endpoints; 1000 open circuits (circuit-rest)
+	RestDeliveries int           // -rest-deliveries; 100000 deliveries waiting for them
+	RestDuration   time.Duration // -rest-duration; 30s of rest measured
 
 	MaxInFlight       int // -max-in-flight; 100 (burst and steady endpoints; 0: never sent)
 	WorkerConcurrency int // -worker-concurrency; 0: webhookd's default
@@ -70,7 +73,7 @@ const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=
 
 // scenarioNames lists every scenario in the order they run.
 var scenarioNames = []string{"burst", "slow", "noisy", "steady", "scheduled", "ingest", "ingest-batch", "ingest-redis-down",
-	"one-slow", "capacity", "capacity-latency", "kill", "flush", "many-endpoints", "fifo"}
+	"one-slow", "capacity", "capacity-latency", "kill", "flush", "many-endpoints", "fifo", "circuit-rest"}
 
 // bind registers every option on fs with its default.
 func (o *Options) bind(fs *flag.FlagSet) {
@@ -113,6 +116,9 @@ func (o *Options) bind(fs *flag.FlagSet) {
 	fs.IntVar(&o.FlushRate, "flush-rate", 300, "flush: events per second")
 	fs.DurationVar(&o.FlushDuration, "flush-duration", 10*time.Second, "flush: how long events are posted; Redis is flushed at half")
 	fs.IntVar(&o.ManyEndpoints, "many-endpoints", 100000, "many-endpoints: endpoints, one event each")
+	fs.IntVar(&o.RestEndpoints, "rest-endpoints", 1000, "circuit-rest: endpoints with open circuits")
+	fs.IntVar(&o.RestDeliveries, "rest-deliveries", 100000, "circuit-rest: deliveries waiting for those circuits")
+	fs.DurationVar(&o.RestDuration, "rest-duration", 30*time.Second, "circuit-rest: how long webhookd's CPU is measured at rest")
 	fs.IntVar(&o.MaxInFlight, "max-in-flight", 100,
 		"max_in_flight sent for the burst and steady endpoints, so the per-endpoint cap is not what they measure (0: not sent)")
 	fs.IntVar(&o.WorkerConcurrency, "worker-concurrency", 0, "WEBHOOKD_WORKER_CONCURRENCY for every run (0: webhookd's default)")
@@ -154,7 +160,7 @@ func (o *Options) Validate() error {
 		"-ingest-batch-size": o.IngestBatchSize, "-ingest-batch-clients": o.IngestBatchClients,
 		"-redis-down-events": o.RedisDownEvents, "-one-slow-events": o.OneSlowEvents, "-fifo-events": o.FIFOEvents, "-capacity-events": o.CapacityEvents,
 		"-kill-in-flight": o.KillInFlight, "-kill-rate": o.KillRate, "-flush-rate": o.FlushRate,
-		"-many-endpoints": o.ManyEndpoints}
+		"-many-endpoints": o.ManyEndpoints, "-rest-endpoints": o.RestEndpoints, "-rest-deliveries": o.RestDeliveries}
 	for name, v := range positive {
 		if v < 1 {
 			return fmt.Errorf("%s must be at least 1", name)
@@ -163,8 +169,8 @@ func (o *Options) Validate() error {
 	switch {
 	case o.BurstBatch > 1000 || o.IngestBatchSize > 1000:
 		return errors.New("-burst-batch and -ingest-batch-size must be at most 1000 (the API's batch limit)")
-	case o.NoisyDuration <= 0 || o.SteadyDuration <= 0 || o.FlushDuration <= 0:
-		return errors.New("-noisy-duration, -steady-duration and -flush-duration must be positive")
+	case o.NoisyDuration <= 0 || o.SteadyDuration <= 0 || o.FlushDuration <= 0 || o.RestDuration <= 0:
+		return errors.New("-noisy-duration, -steady-duration, -flush-duration and -rest-duration must be positive")
 	case o.StallTimeout <= 0 || o.MaxWait <= 0:
 		return errors.New("-stall-timeout and -max-wait must be positive")
 	case o.MaxInFlight < 0 || o.WorkerConcurrency < 0:

@@ -36,4 +36,5 @@ var scenarios = map[string]scenario{
 	"flush":             flushScenario,
 	"many-endpoints":    manyEndpointsScenario,
 	"fifo":              fifoScenario,
+	"circuit-rest":      circuitRestScenario,
 }
