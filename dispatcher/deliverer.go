@@ -320,8 +320,9 @@ func (d *Deliverer) send(ctx context.Context, r Request, l *storage.Lease, slot 
 
 // finish records how a claimed delivery's attempt ended (a, or none) and
 // the state it moves to, on every way an attempt ends: a delivery that
-// left its ordered endpoint's queue passes the turn (Result.turn), and one
-// that became a dead letter tells of it.
+// left its ordered endpoint's queue passes the turn (Result.turn). The
+// record writes the operational events of a dead letter or a 410 with it
+// (storage.RecordAttempts).
 func (d *Deliverer) finish(ctx context.Context, r Request, l *storage.Lease, a *webhookd.Attempt, t storage.Transition) (Result, error) {
 	del := l.Delivery
 	applied, err := d.record(ctx, storage.Record{Lease: l, Attempt: a, Transition: t})
@@ -334,9 +335,6 @@ func (d *Deliverer) finish(ctx context.Context, r Request, l *storage.Lease, a *
 				"status_code", orNil(a.StatusCode), "duration_ms", a.DurationMS)
 		}
 		return Result{Attempted: a != nil, Status: del.Status, unrecorded: true}, nil
-	}
-	if t.Status == webhookd.DeliveryDeadLetter && del.Status != webhookd.DeliveryDeadLetter {
-		d.deadLettered(ctx, l, t)
 	}
 	res := Result{Attempted: a != nil, Status: t.Status}
 	if leftQueue(l, t) {
@@ -428,7 +426,7 @@ func (d *Deliverer) record(ctx context.Context, r storage.Record) (bool, error) 
 	err := persist(func() (err error) {
 		if r.Lease.FIFO { // one at a time: nothing to gather it with (Request.chained)
 			var out []bool
-			if out, err = d.db.RecordAttempts(ctx, []storage.Record{r}); err == nil {
+			if out, err = d.recordAttempts(ctx, []storage.Record{r}); err == nil {
 				applied = out[0]
 			}
 		} else {
@@ -439,6 +437,18 @@ func (d *Deliverer) record(ctx context.Context, r storage.Record) (bool, error) 
 		}
 		return err
 	})
+	return applied, err
+}
+
+// recordAttempts is storage.RecordAttempts, then enqueues the deliveries
+// of the operational events the records wrote (dead_lettered,
+// endpoint.disabled) once they have committed; one that misses the queue
+// is the reconciler's.
+func (d *Deliverer) recordAttempts(ctx context.Context, rs []storage.Record) ([]bool, error) {
+	applied, ds, err := d.db.RecordAttempts(ctx, rs)
+	if len(ds) > 0 {
+		_ = d.holder.queue.Enqueue(context.WithoutCancel(ctx), ds...)
+	}
 	return applied, err
 }
 

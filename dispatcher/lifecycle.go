@@ -2,7 +2,6 @@ package dispatcher
 
 import (
 	"context"
-	"encoding/json"
 	"time"
 
 	"github.com/webhookd/webhookd"
@@ -128,48 +127,5 @@ func (d *Deliverer) circuitChanged(ctx context.Context, c storage.CircuitChange)
 	if c.Disabled {
 		d.log.Warn("endpoint disabled: no successful attempt within the disable window", "endpoint_id", c.EndpointID)
 		d.metrics.circuits.WithLabelValues("disabled").Inc()
-	}
-}
-
-// deadLettered tells of a delivery that became a dead letter, by a
-// webhookd.delivery.dead_lettered event; not of one that was itself an
-// operational event (two failing endpoints would tell each other forever).
-func (d *Deliverer) deadLettered(ctx context.Context, l *storage.Lease, t storage.Transition) {
-	if len(l.Event.Type) >= len(webhookd.ReservedTypePrefix) && l.Event.Type[:len(webhookd.ReservedTypePrefix)] == webhookd.ReservedTypePrefix {
-		return
-	}
-	del := l.Delivery
-	d.emit(ctx, del.ProjectID, del.EndpointID, webhookd.EventDeliveryDeadLetter, map[string]any{"delivery_id": del.ID,
-		"event_id": del.EventID, "endpoint_id": del.EndpointID, "event_type": del.EventType, "reason": t.DeadLetterReason,
-		"last_status_code": del.LastStatusCode})
-}
-
-// emit creates an operational event of type typ in the project, for the
-// endpoints that subscribe to typ by name but the one it is about, and
-// enqueues its deliveries; it is kept (with no delivery) when none does,
-// as the endpoint's history. A failure is logged: the event is news, not
-// a delivery anyone is owed.
-func (d *Deliverer) emit(ctx context.Context, projectID, about, typ string, data map[string]any) {
-	ctx = context.WithoutCancel(ctx)
-	body, err := json.Marshal(data)
-	if err == nil {
-		var subs []string
-		if subs, err = d.db.Store().SubscribersOf(ctx, projectID, typ, about); err == nil {
-			if subs == nil {
-				subs = []string{}
-			}
-			var evs []webhookd.Event
-			now := d.clock.Now()
-			evs, err = d.db.Store().CreateEvents(ctx, projectID, []storage.NewEvent{{Type: typ, Data: body, EndpointIDs: subs}},
-				now, func(int) string { return "" })
-			for _, ev := range evs {
-				for _, dl := range ev.Deliveries {
-					_ = d.holder.queue.Enqueue(ctx, webhookd.ScheduledDelivery{ID: dl.ID, EndpointID: dl.EndpointID, DueAt: now})
-				}
-			}
-		}
-	}
-	if err != nil {
-		d.log.Warn("operational event not created", "type", typ, "endpoint_id", about, "err", err)
 	}
 }

@@ -243,7 +243,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	})
 	d.records = newBatcher(256, 1, batchLinger, 30*time.Second, func(ctx context.Context, rs []storage.Record) ([]bool, error) {
 		recordSize.Observe(float64(len(rs)))
-		return d.db.RecordAttempts(ctx, rs)
+		return d.recordAttempts(ctx, rs)
 	})
 	d.holder.holds = newBatcher(256, 1, batchLinger, 30*time.Second, func(ctx context.Context, hs []storage.Hold) ([]bool, error) {
 		return make([]bool, len(hs)), d.db.HoldBack(ctx, d.clock.Now(), hs)

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -232,11 +234,134 @@ type Record struct {
 
 // RecordAttempts records each attempt and moves its delivery, and gives the
 // lease up, where the record's lease is still held; the rest change
-// nothing. All records travel in one statement and one commit. The result
-// tells, in order, which records were applied. Two records of one delivery
-// in one call (an attempt whose lease ran out, beside the new holder's):
-// only the holder's applies, and only its attempt is logged.
-func (db *DB) RecordAttempts(ctx context.Context, rs []Record) ([]bool, error) {
+// nothing. All records travel in one statement and one commit. The first
+// result tells, in order, which records were applied. Two records of one
+// delivery in one call (an attempt whose lease ran out, beside the new
+// holder's): only the holder's applies, and only its attempt is logged.
+//
+// The operational events of what the records did are written in the same
+// transaction (recordEvents): webhookd.delivery.dead_lettered for each
+// delivery that became a dead letter, webhookd.endpoint.disabled for each
+// endpoint a 410 disabled. The second result are their deliveries, to
+// enqueue once RecordAttempts has returned. A call none of whose records
+// can do either runs as one implicit transaction, without the extra round
+// trips of an explicit one: it is the hottest statement there is.
+func (db *DB) RecordAttempts(ctx context.Context, rs []Record) ([]bool, []webhookd.ScheduledDelivery, error) {
+	args := recordArgs(rs)
+	if !slices.ContainsFunc(rs, mayTell) {
+		applied, _, err := runRecords(ctx, db.pool, args)
+		if err != nil {
+			return nil, nil, fmt.Errorf("record attempts: %w", err)
+		}
+		return applied, nil, nil
+	}
+	var (
+		applied []bool
+		ds      []webhookd.ScheduledDelivery
+	)
+	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+		var (
+			disabled []bool
+			err      error
+		)
+		if applied, disabled, err = runRecords(ctx, tx, args); err != nil {
+			return err
+		}
+		made, err := insertOperationalEvents(ctx, tx, recordEvents(rs, applied, disabled))
+		for _, m := range made {
+			ds = append(ds, m...)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("record attempts: %w", err)
+	}
+	return applied, ds, nil
+}
+
+// mayTell says whether r, if applied, has an operational event to write:
+// its delivery becomes a dead letter now, or a 410 disables its endpoint.
+func mayTell(r Record) bool { return r.Transition.DisableEndpoint || tellsDeadLetter(r) }
+
+// tellsDeadLetter says whether r makes its delivery a dead letter now (it
+// was not one) and tells of it. A delivery of an operational event does
+// not: two failing endpoints would tell each other forever.
+func tellsDeadLetter(r Record) bool {
+	t, d := r.Transition, r.Lease.Delivery
+	return t.Status == webhookd.DeliveryDeadLetter && d.Status != webhookd.DeliveryDeadLetter &&
+		!strings.HasPrefix(d.EventType, webhookd.ReservedTypePrefix)
+}
+
+// recordEvents are the operational events of the records applied: a
+// dead_lettered per delivery that became a dead letter, and an
+// endpoint.disabled per endpoint the statement disabled (disabled marks
+// one record of each), each at its record's time.
+func recordEvents(rs []Record, applied, disabled []bool) []operationalEvent {
+	var evs []operationalEvent
+	for i, r := range rs {
+		if !applied[i] {
+			continue
+		}
+		t, d := r.Transition, r.Lease.Delivery
+		if tellsDeadLetter(r) {
+			code := d.LastStatusCode
+			if r.Attempt != nil {
+				code = r.Attempt.StatusCode
+			}
+			evs = append(evs, operationalEvent{projectID: d.ProjectID, about: d.EndpointID, typ: webhookd.EventDeliveryDeadLetter,
+				at: t.Now, data: map[string]any{"delivery_id": d.ID, "event_id": d.EventID, "endpoint_id": d.EndpointID,
+					"event_type": d.EventType, "reason": t.DeadLetterReason, "last_status_code": code}})
+		}
+		if disabled[i] {
+			evs = append(evs, operationalEvent{projectID: d.ProjectID, about: d.EndpointID, typ: webhookd.EventEndpointDisabled,
+				at: t.Now, data: map[string]any{"endpoint_id": d.EndpointID, "disabled_reason": webhookd.DisabledGone}})
+		}
+	}
+	return evs
+}
+
+// batchSender is a pool, or a transaction in it.
+type batchSender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// runRecords runs recordSQL with args (recordArgs) and tells, per record,
+// whether it applied and whether it is the one that disabled its endpoint.
+//
+// The statement joins its rows to deliveries by id. Planned each time, it
+// spent more time in the planner than in the executor; left to the plan
+// cache, its generic plan, made while the table was young and not yet
+// analyzed, would scan the whole table on every run as it grows. So it
+// runs a generic plan made without sequential scans (planSettings); in an
+// explicit transaction the settings are put back after it, for the
+// statements that follow.
+func runRecords(ctx context.Context, q batchSender, args []any) (applied, disabled []bool, err error) {
+	n := len(args[0].([]string))
+	applied, disabled = make([]bool, n), make([]bool, n)
+	b := &pgx.Batch{}
+	b.Queue(planSettings)
+	b.Queue(recordSQL, args...).Query(func(rows pgx.Rows) error {
+		var (
+			ord int
+			dis bool
+		)
+		_, err := pgx.ForEachRow(rows, []any{&ord, &dis}, func() error {
+			applied[ord-1], disabled[ord-1] = true, dis
+			return nil
+		})
+		return err
+	})
+	if _, ok := q.(pgx.Tx); ok {
+		b.Queue(resetPlanSettings)
+	}
+	if err := q.SendBatch(ctx, b).Close(); err != nil {
+		return nil, nil, err
+	}
+	return applied, disabled, nil
+}
+
+// recordArgs are recordSQL's arguments for rs: one array per column.
+func recordArgs(rs []Record) []any {
 	n := len(rs)
 	var (
 		ids, tokens, statuses, dlOps, dlIDs, dlReasons, replayedBy = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -282,77 +407,62 @@ func (db *DB) RecordAttempts(ctx context.Context, rs []Record) ([]bool, error) {
 			dlOps[i] = "replayed"
 		}
 	}
-	// This statement joins its rows to deliveries by id. Planned each
-	// time, it spent more time in the planner than in the executor; left
-	// to the plan cache, its generic plan, made while the table was young
-	// and not yet analyzed, would scan the whole table on every run as it
-	// grows. So it runs a generic plan made without sequential scans
-	// (planSettings; they last for this batch's implicit transaction).
-	b := &pgx.Batch{}
-	b.Queue(planSettings)
-	var applied []int64 // the ordinals of the records applied
-	b.Queue(`WITH r AS (
-			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int4[], $5::int4[], $6::timestamptz[],
-				$7::int4[], $8::text[], $9::bool[], $10::text[], $11::text[], $12::text[], $13::text[], $14::bool[],
-				$15::timestamptz[], $16::int4[], $17::text[], $18::text[], $19::text[], $20::int8[], $21::timestamptz[],
-				$22::jsonb[], $23::jsonb[], $24::text[], $25::text[]) WITH ORDINALITY
-			AS r(id, token, status, attempts_count, auto_attempts, next_attempt_at,
-				last_status_code, last_error, manual_done, dl_op, dl_id, dl_reason, replayed_by, disable,
-				now, a_number, a_request_id, a_url, a_trigger, a_duration_ms, a_started_at,
-				a_request_headers, a_response_headers, a_body, waiting, ord)
-		), u AS (
-			UPDATE deliveries d SET status = r.status, attempts_count = r.attempts_count, auto_attempts = r.auto_attempts,
-				next_attempt_at = r.next_attempt_at, waiting_reason = NULLIF(r.waiting, ''),
-				last_status_code = r.last_status_code, last_error = r.last_error,
-				updated_at = r.now,
-				manual_request_id = CASE WHEN r.manual_done THEN NULL ELSE d.manual_request_id END,
-				manual_requested_by = CASE WHEN r.manual_done THEN NULL ELSE d.manual_requested_by END,
-				lease_owner = NULL, lease_until = NULL
-			FROM r WHERE d.id = r.id AND d.lease_owner = r.token
-			RETURNING r.ord, d.id, d.project_id, d.event_id, d.endpoint_id, d.event_type
-		), a AS (
-			INSERT INTO attempts (delivery_id, number, request_id, url, trigger, status_code, error,
-				duration_ms, started_at, request_headers, response_headers, response_body)
-			SELECT r.id, r.a_number, r.a_request_id, r.a_url, r.a_trigger, r.last_status_code, r.last_error,
-				r.a_duration_ms, r.a_started_at, r.a_request_headers, r.a_response_headers, r.a_body
-			FROM r JOIN u ON u.ord = r.ord WHERE r.a_number IS NOT NULL
-		), dl AS (
-			INSERT INTO dead_letters (id, project_id, delivery_id, event_id, endpoint_id, event_type,
-				reason, last_status_code, dead_lettered_at)
-			SELECT r.dl_id, u.project_id, u.id, u.event_id, u.endpoint_id, u.event_type, r.dl_reason, r.last_status_code, r.now
-			FROM r JOIN u ON u.ord = r.ord WHERE r.dl_op = 'insert'
-			ON CONFLICT (delivery_id) DO UPDATE SET reason = EXCLUDED.reason, last_status_code = EXCLUDED.last_status_code,
-				dead_lettered_at = EXCLUDED.dead_lettered_at, replayed_at = NULL, replayed_by = NULL
-		), dlu AS (
-			UPDATE dead_letters x SET
-				last_status_code = CASE WHEN r.dl_op = 'update' THEN r.last_status_code ELSE x.last_status_code END,
-				replayed_at = CASE WHEN r.dl_op = 'replayed' THEN r.now ELSE x.replayed_at END,
-				replayed_by = CASE WHEN r.dl_op = 'replayed' THEN r.replayed_by ELSE x.replayed_by END
-			FROM r JOIN u ON u.ord = r.ord WHERE x.delivery_id = r.id AND r.dl_op IN ('update', 'replayed')
-		), ep AS (
-			UPDATE endpoints p SET status = 'disabled', disabled_reason = 'gone', version = p.version + 1, updated_at = r.now
-			FROM r JOIN u ON u.ord = r.ord WHERE p.id = u.endpoint_id AND r.disable AND p.status = 'active'
-		)
-		SELECT ord FROM u`,
-		// The columns of pointers go as pgtype.FlatArray: as plain slices
-		// pgx would encode them through reflection, boxing every element.
-		ids, tokens, statuses, counts, autos, pgtype.FlatArray[*time.Time](nexts), pgtype.FlatArray[*int](codes),
+	// The columns of pointers go as pgtype.FlatArray: as plain slices
+	// pgx would encode them through reflection, boxing every element.
+	return []any{ids, tokens, statuses, counts, autos, pgtype.FlatArray[*time.Time](nexts), pgtype.FlatArray[*int](codes),
 		pgtype.FlatArray[*string](errTexts), manualDone, dlOps, dlIDs, dlReasons, replayedBy, disable,
 		nows, pgtype.FlatArray[*int32](aNumbers), pgtype.FlatArray[*string](aReqIDs), pgtype.FlatArray[*string](aURLs),
 		pgtype.FlatArray[*string](aTriggers), pgtype.FlatArray[*int64](aDurations), pgtype.FlatArray[*time.Time](aStarted),
-		pgtype.FlatArray[*string](aReqH), pgtype.FlatArray[*string](aRespH), pgtype.FlatArray[*string](aBodies), waiting).Query(func(rows pgx.Rows) (err error) {
-		applied, err = pgx.CollectRows(rows, pgx.RowTo[int64])
-		return err
-	})
-	if err := db.pool.SendBatch(ctx, b).Close(); err != nil {
-		return nil, fmt.Errorf("record attempts: %w", err)
-	}
-	out := make([]bool, n)
-	for _, ord := range applied {
-		out[ord-1] = true
-	}
-	return out, nil
+		pgtype.FlatArray[*string](aReqH), pgtype.FlatArray[*string](aRespH), pgtype.FlatArray[*string](aBodies), waiting}
 }
+
+// recordSQL applies records where their lease is held, and returns the
+// ordinal of each record applied, with whether it disabled its endpoint
+// (one record per endpoint disabled).
+const recordSQL = `WITH r AS (
+		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int4[], $5::int4[], $6::timestamptz[],
+			$7::int4[], $8::text[], $9::bool[], $10::text[], $11::text[], $12::text[], $13::text[], $14::bool[],
+			$15::timestamptz[], $16::int4[], $17::text[], $18::text[], $19::text[], $20::int8[], $21::timestamptz[],
+			$22::jsonb[], $23::jsonb[], $24::text[], $25::text[]) WITH ORDINALITY
+		AS r(id, token, status, attempts_count, auto_attempts, next_attempt_at,
+			last_status_code, last_error, manual_done, dl_op, dl_id, dl_reason, replayed_by, disable,
+			now, a_number, a_request_id, a_url, a_trigger, a_duration_ms, a_started_at,
+			a_request_headers, a_response_headers, a_body, waiting, ord)
+	), u AS (
+		UPDATE deliveries d SET status = r.status, attempts_count = r.attempts_count, auto_attempts = r.auto_attempts,
+			next_attempt_at = r.next_attempt_at, waiting_reason = NULLIF(r.waiting, ''),
+			last_status_code = r.last_status_code, last_error = r.last_error,
+			updated_at = r.now,
+			manual_request_id = CASE WHEN r.manual_done THEN NULL ELSE d.manual_request_id END,
+			manual_requested_by = CASE WHEN r.manual_done THEN NULL ELSE d.manual_requested_by END,
+			lease_owner = NULL, lease_until = NULL
+		FROM r WHERE d.id = r.id AND d.lease_owner = r.token
+		RETURNING r.ord, d.id, d.project_id, d.event_id, d.endpoint_id, d.event_type
+	), a AS (
+		INSERT INTO attempts (delivery_id, number, request_id, url, trigger, status_code, error,
+			duration_ms, started_at, request_headers, response_headers, response_body)
+		SELECT r.id, r.a_number, r.a_request_id, r.a_url, r.a_trigger, r.last_status_code, r.last_error,
+			r.a_duration_ms, r.a_started_at, r.a_request_headers, r.a_response_headers, r.a_body
+		FROM r JOIN u ON u.ord = r.ord WHERE r.a_number IS NOT NULL
+	), dl AS (
+		INSERT INTO dead_letters (id, project_id, delivery_id, event_id, endpoint_id, event_type,
+			reason, last_status_code, dead_lettered_at)
+		SELECT r.dl_id, u.project_id, u.id, u.event_id, u.endpoint_id, u.event_type, r.dl_reason, r.last_status_code, r.now
+		FROM r JOIN u ON u.ord = r.ord WHERE r.dl_op = 'insert'
+		ON CONFLICT (delivery_id) DO UPDATE SET reason = EXCLUDED.reason, last_status_code = EXCLUDED.last_status_code,
+			dead_lettered_at = EXCLUDED.dead_lettered_at, replayed_at = NULL, replayed_by = NULL
+	), dlu AS (
+		UPDATE dead_letters x SET
+			last_status_code = CASE WHEN r.dl_op = 'update' THEN r.last_status_code ELSE x.last_status_code END,
+			replayed_at = CASE WHEN r.dl_op = 'replayed' THEN r.now ELSE x.replayed_at END,
+			replayed_by = CASE WHEN r.dl_op = 'replayed' THEN r.replayed_by ELSE x.replayed_by END
+		FROM r JOIN u ON u.ord = r.ord WHERE x.delivery_id = r.id AND r.dl_op IN ('update', 'replayed')
+	), ep AS (
+		UPDATE endpoints p SET status = 'disabled', disabled_reason = 'gone', version = p.version + 1, updated_at = r.now
+		FROM r JOIN u ON u.ord = r.ord WHERE p.id = u.endpoint_id AND r.disable AND p.status = 'active'
+		RETURNING r.ord
+	)
+	SELECT u.ord, ep.ord IS NOT NULL FROM u LEFT JOIN ep ON ep.ord = u.ord`
 
 // planSettings makes the statements after it in a transaction run one
 // generic plan each, made without sequential or bitmap scans. The hot
@@ -366,6 +476,11 @@ const planSettings = `SELECT ` + genericPlans
 // genericPlans is planSettings' select list.
 const genericPlans = `set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true),
 	set_config('enable_bitmapscan', 'off', true)`
+
+// resetPlanSettings puts the settings of planSettings back to the
+// session's for the rest of the transaction.
+const resetPlanSettings = `SELECT set_config(name, reset_val, true) FROM pg_settings
+	WHERE name IN ('plan_cache_mode', 'enable_seqscan', 'enable_bitmapscan')`
 
 // ReleaseLease gives a lease up without a change but the wait: the attempt
 // was not made (its endpoint had no room, or its circuit is open). When

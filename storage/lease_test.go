@@ -114,7 +114,7 @@ func TestTwoRecordsOfOneDeliveryInOneCall(t *testing.T) {
 	code := 200
 	a := webhookd.Attempt{DeliveryID: id, Number: 1, RequestID: stale.Token, URL: "http://127.0.0.1:9/", Trigger: "auto",
 		StatusCode: &code, StartedAt: now}
-	ok, err := db.RecordAttempts(ctx, []storage.Record{
+	ok, _, err := db.RecordAttempts(ctx, []storage.Record{
 		{Lease: &stale, Attempt: &a, Transition: storage.Transition{Status: webhookd.DeliverySucceeded, Auto: true, Now: now}},
 		// The holder found the endpoint disabled: a move without an attempt.
 		{Lease: &holder, Transition: storage.Transition{Status: webhookd.DeliveryDeadLetter,

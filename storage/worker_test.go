@@ -64,7 +64,7 @@ func TestDeadWorkersLeasesAreVoided(t *testing.T) {
 		t.Fatalf("claims after the void: %+v, %v; want the dead worker's delivery taken and the live one's refused", again, err)
 	}
 	stale := ls[0]
-	applied, err := db.RecordAttempts(ctx, []storage.Record{{Lease: &stale, Transition: storage.Transition{
+	applied, _, err := db.RecordAttempts(ctx, []storage.Record{{Lease: &stale, Transition: storage.Transition{
 		Status: webhookd.DeliverySucceeded, Now: now}}})
 	if err != nil || applied[0] {
 		t.Fatalf("the dead worker's record: applied %v, %v; want refused", applied, err)

@@ -174,7 +174,7 @@ func Record(t testing.TB, db *storage.DB, deliveryID string, a webhookd.Attempt,
 		a.StartedAt = tr.Now
 	}
 	tr.Auto = tr.Auto || a.Trigger == webhookd.TriggerAuto || a.Trigger == webhookd.TriggerTest
-	ok, err := db.RecordAttempts(ctx, []storage.Record{{Lease: &ls[0], Attempt: &a, Transition: tr}})
+	ok, _, err := db.RecordAttempts(ctx, []storage.Record{{Lease: &ls[0], Attempt: &a, Transition: tr}})
 	if err != nil || !ok[0] {
 		t.Fatalf("testenv: record %s: %v, %v", deliveryID, ok, err)
 	}
