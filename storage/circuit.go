@@ -237,19 +237,3 @@ func (db *DB) TakeProbe(ctx context.Context, ep string, now, until time.Time, wo
 	}
 	return tag.RowsAffected() == 1, nil
 }
-
-// SubscribersOf returns the ids of the project's active endpoints that list
-// type typ in their event types (by name, not by subscribing to every
-// type), but for except: where an operational event goes.
-func (s *Store) SubscribersOf(ctx context.Context, projectID, typ, except string) ([]string, error) {
-	rows, err := s.q.Query(ctx, `SELECT id FROM endpoints WHERE project_id = $1 AND deleted_at IS NULL
-		AND status = 'active' AND $2 = ANY(event_types) AND id <> $3 ORDER BY id`, projectID, typ, except)
-	if err != nil {
-		return nil, fmt.Errorf("subscribers: %w", err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("subscribers: %w", err)
-	}
-	return ids, nil
-}
