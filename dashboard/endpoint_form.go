@@ -59,8 +59,9 @@ const lifecycleLimit = 20
 // lifecycleText says what an operational event about an endpoint tells.
 func lifecycleText(l storage.LifecycleEntry) string {
 	var d struct {
-		Failures    int        `json:"consecutive_failures"`
-		NextProbeAt *time.Time `json:"next_probe_at"`
+		Failures       int        `json:"consecutive_failures"`
+		NextProbeAt    *time.Time `json:"next_probe_at"`
+		DisabledReason string     `json:"disabled_reason"`
 	}
 	json.Unmarshal(l.Data, &d) // our own events' data; a field it lacks stays zero
 	switch l.Type {
@@ -73,6 +74,9 @@ func lifecycleText(l storage.LifecycleEntry) string {
 	case webhookd.EventCircuitClosed:
 		return "Circuit closed: an attempt succeeded, the waiting deliveries flow again"
 	case webhookd.EventEndpointDisabled:
+		if d.DisabledReason == webhookd.DisabledGone {
+			return "Disabled: the endpoint answered 410 Gone"
+		}
 		return "Disabled: no successful attempt within the disable window"
 	}
 	return l.Type

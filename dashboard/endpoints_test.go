@@ -247,6 +247,7 @@ func TestEndpointPageShowsItsLifecycle(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	emit(webhookd.EventEndpointDisabled, ep, `{"endpoint_id":"`+ep+`","disabled_reason":"gone"}`)
 	emit(webhookd.EventCircuitOpened, ep, `{"endpoint_id":"`+ep+`","consecutive_failures":10,"next_probe_at":"2026-12-02T10:00:30Z"}`)
 	emit(webhookd.EventCircuitOpened, other, `{"endpoint_id":"`+other+`","consecutive_failures":12}`)
 	emit(webhookd.EventCircuitClosed, ep, `{"endpoint_id":"`+ep+`"}`)
@@ -256,7 +257,8 @@ func TestEndpointPageShowsItsLifecycle(t *testing.T) {
 	parseHTML(t, body).Find(".lifecycle-table tbody tr .what").Each(func(_ int, s *goquery.Selection) { got = append(got, s.Text()) })
 	want := []string{"Disabled: no successful attempt within the disable window",
 		"Circuit closed: an attempt succeeded, the waiting deliveries flow again",
-		"Circuit opened after 10 consecutive failed attempts; first probe at 2026-12-02 10:00:30 UTC"}
+		"Circuit opened after 10 consecutive failed attempts; first probe at 2026-12-02 10:00:30 UTC",
+		"Disabled: the endpoint answered 410 Gone"}
 	if strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Fatalf("lifecycle %q, want %q", got, want)
 	}
