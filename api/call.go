@@ -24,6 +24,10 @@ type call struct {
 	body      []byte
 	store     *storage.Store // the pool, or the idempotency transaction
 	header    http.Header    // response headers to add (ETag)
+	// secret says the response carries a secret (an endpoint's signing
+	// secret, a portal link's token): its Idempotency-Key record keeps it
+	// sealed for the API key that asked (storage.StoredResponse.Secret).
+	secret bool
 	// afterCommit runs once the response is committed and not a replay
 	// (enqueueing the deliveries it created).
 	afterCommit func(context.Context)
@@ -208,8 +212,9 @@ func (s *Server) idempotencyKey(w http.ResponseWriter, c *call, limit int64) (st
 		s.fail(w, c, err)
 		return storage.IdempotencyKey{}, false
 	}
+	credential, _ := bearerToken(c.r) // authenticated already
 	return storage.IdempotencyKey{ProjectID: c.project.ID, Key: key, TTL: c.project.IdempotencyTTL,
-		Fingerprint: fingerprint(c.r.Method, c.r.URL.Path, c.body)}, true
+		Fingerprint: fingerprint(c.r.Method, c.r.URL.Path, c.body), Credential: credential}, true
 }
 
 // runIdempotent runs h at most once for ik (storage.WithIdempotency) and
@@ -219,7 +224,7 @@ func (s *Server) runIdempotent(w http.ResponseWriter, c *call, ik storage.Idempo
 		func(st *storage.Store) (storage.StoredResponse, error) {
 			c.store = st
 			status, body, err := s.render(c, h)
-			return storage.StoredResponse{StatusCode: status, ContentType: "application/json", Body: body}, err
+			return storage.StoredResponse{StatusCode: status, ContentType: "application/json", Body: body, Secret: c.secret}, err
 		})
 	if err != nil {
 		s.failIdempotent(w, c, err)

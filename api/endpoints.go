@@ -66,6 +66,7 @@ func (s *Server) createEndpoint(c *call) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
+	c.secret = true
 	return http.StatusCreated, endpointWithSecretJSON{endpointJSON: endpointOut(e), Secret: e.Secret}, nil
 }
 
@@ -255,6 +256,7 @@ func (s *Server) rotateSecret(c *call) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
+	c.secret = true
 	return http.StatusOK, secretOut(e, now), nil
 }
 

@@ -39,6 +39,7 @@ func (s *Server) createPortalSession(c *call) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
+	c.secret = true // the link's token, stored only hashed, goes in the key's record sealed for this API key
 	return http.StatusCreated, map[string]string{
 		"url":        strings.TrimSuffix(s.cfg.PortalBaseURL, "/") + PortalLinkPath(token),
 		"expires_at": timeString(expires),

@@ -16,6 +16,10 @@ type IdempotencyKey struct {
 	Key         string        // "": the request has no key (a test event), and nothing is remembered
 	Fingerprint [32]byte      // SHA-256 of method + path + body
 	TTL         time.Duration // how long the record is kept
+	// Credential is the requester's API key. A response that carries a
+	// secret (StoredResponse.Secret) is stored sealed with a key derived
+	// from it, and only a repeat with the same credential can replay it.
+	Credential string
 }
 
 // StoredResponse is the response remembered for an Idempotency-Key.
@@ -23,6 +27,11 @@ type StoredResponse struct {
 	StatusCode  int
 	ContentType string
 	Body        []byte
+	// Secret says the body carries a secret (an endpoint's signing
+	// secret, a portal link's token): it is stored sealed for the
+	// requester (sealForRequester), never readable from the database
+	// alone, with or without WEBHOOKD_ENCRYPTION_KEY.
+	Secret bool
 }
 
 // remembered reports whether SPEC §2 keeps this status: 2xx and 4xx but 429.
@@ -110,7 +119,12 @@ func (c claimResult) replay(k IdempotencyKey) (StoredResponse, error) {
 	if !bytes.Equal(c.fingerprint, k.Fingerprint[:]) {
 		return StoredResponse{}, errKeyMismatch()
 	}
-	return c.resp, nil
+	resp := c.resp
+	var err error
+	if resp.Body, err = openForRequester(k, resp.Body); err != nil {
+		return StoredResponse{}, err
+	}
+	return resp, nil
 }
 
 func errKeyMismatch() error {
@@ -146,9 +160,13 @@ type storedResponses struct {
 }
 
 func (r *storedResponses) add(k IdempotencyKey, now time.Time, resp StoredResponse, box *secretBox) {
+	body := resp.Body
+	if resp.Secret {
+		body = sealForRequester(k, body)
+	}
 	r.projects, r.keys = append(r.projects, k.ProjectID), append(r.keys, k.Key)
 	r.codes, r.types = append(r.codes, int32(resp.StatusCode)), append(r.types, resp.ContentType)
-	r.bodies = append(r.bodies, box.seal(resp.Body)) // it may hold a secret
+	r.bodies = append(r.bodies, box.seal(body))
 	r.fps, r.created, r.expires = append(r.fps, k.Fingerprint[:]), append(r.created, now), append(r.expires, now.Add(k.TTL))
 }
 
@@ -250,6 +268,9 @@ func (db *DB) tryIdempotent(ctx context.Context, k IdempotencyKey, now time.Time
 		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT work"); err != nil {
 			return StoredResponse{}, false, fmt.Errorf("undo the work: %w", err)
 		}
+	}
+	if resp.Secret && k.Credential == "" {
+		return StoredResponse{}, false, errNoCredential
 	}
 	var rec storedResponses
 	rec.add(k, now, resp, db.box)
