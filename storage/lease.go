@@ -249,7 +249,7 @@ type Record struct {
 func (db *DB) RecordAttempts(ctx context.Context, rs []Record) ([]bool, []webhookd.ScheduledDelivery, error) {
 	args := recordArgs(rs)
 	if !slices.ContainsFunc(rs, mayTell) {
-		applied, _, err := runRecords(ctx, db.pool, args)
+		applied, _, err := runRecords(ctx, db.pool, args, false)
 		if err != nil {
 			return nil, nil, fmt.Errorf("record attempts: %w", err)
 		}
@@ -264,7 +264,7 @@ func (db *DB) RecordAttempts(ctx context.Context, rs []Record) ([]bool, []webhoo
 			disabled []bool
 			err      error
 		)
-		if applied, disabled, err = runRecords(ctx, tx, args); err != nil {
+		if applied, disabled, err = runRecords(ctx, tx, args, true); err != nil {
 			return err
 		}
 		made, err := insertOperationalEvents(ctx, tx, recordEvents(rs, applied, disabled))
@@ -327,16 +327,16 @@ type batchSender interface {
 
 // runRecords runs recordSQL with args (recordArgs) and tells, per record,
 // whether it applied and whether it is the one that disabled its endpoint.
+// more: statements follow in the same transaction.
 //
 // The statement joins its rows to deliveries by id. Planned each time, it
 // spent more time in the planner than in the executor; left to the plan
 // cache, its generic plan, made while the table was young and not yet
 // analyzed, would scan the whole table on every run as it grows. So it
-// runs a generic plan made without sequential scans (planSettings); in an
-// explicit transaction the settings are put back after it, for the
-// statements that follow.
-func runRecords(ctx context.Context, q batchSender, args []any) (applied, disabled []bool, err error) {
-	n := len(args[0].([]string))
+// runs a generic plan made without sequential scans (planSettings); with
+// more, the settings are put back after it for the statements that follow.
+func runRecords(ctx context.Context, q batchSender, args []any, more bool) (applied, disabled []bool, err error) {
+	n := len(args[0].([]string)) // the records' ids
 	applied, disabled = make([]bool, n), make([]bool, n)
 	b := &pgx.Batch{}
 	b.Queue(planSettings)
@@ -351,7 +351,7 @@ func runRecords(ctx context.Context, q batchSender, args []any) (applied, disabl
 		})
 		return err
 	})
-	if _, ok := q.(pgx.Tx); ok {
+	if more {
 		b.Queue(resetPlanSettings)
 	}
 	if err := q.SendBatch(ctx, b).Close(); err != nil {
