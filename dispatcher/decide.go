@@ -179,12 +179,5 @@ func (d *Deliverer) facts(r Request, l *storage.Lease, now time.Time) Facts {
 		ManualPending: l.ManualRequest != nil && *l.ManualRequest == r.RequestID,
 		EndpointOff:   l.EndpointDeleted || ep.Status != webhookd.EndpointActive,
 		Circuit:       ep.Circuit, ProbeAt: ep.ProbeAt, Breaker: d.circuit.After > 0,
-		FirstProbe: probeWait(d.circuit.Probes, 0), Window: d.schedule.Window(), FIFO: l.FIFO, Behind: l.Behind}
-}
-
-func earliest(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
+		FirstProbe: storage.ProbeWait(d.circuit.Probes, 0), Window: d.schedule.Window(), FIFO: l.FIFO, Behind: l.Behind}
 }

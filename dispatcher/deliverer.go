@@ -85,8 +85,6 @@ type Result struct {
 	// turn is the ordered endpoint whose queue this attempt moved on (its
 	// delivery left the queue): the next delivery's turn has come.
 	turn string
-	// unrecorded: the attempt's record found its lease taken.
-	unrecorded bool
 }
 
 // Request names the attempt to make.
@@ -134,15 +132,11 @@ func (r Request) kind() Kind {
 	return KindAuto
 }
 
-func (r Request) mode() storage.ClaimMode {
-	switch r.kind() {
-	case KindReplay:
-		return storage.ClaimReplay
-	case KindManual:
-		return storage.ClaimManual
-	}
-	return storage.ClaimAuto
-}
+// claimModes are the claims the kinds of Request make.
+var claimModes = map[Kind]storage.ClaimMode{KindAuto: storage.ClaimAuto, KindManual: storage.ClaimManual,
+	KindReplay: storage.ClaimReplay}
+
+func (r Request) mode() storage.ClaimMode { return claimModes[r.kind()] }
 
 // Attempt makes one attempt of a delivery. It returns *RetryAt when the
 // queue should come back later (the schedule, a Retry-After, an endpoint
@@ -334,7 +328,7 @@ func (d *Deliverer) finish(ctx context.Context, r Request, l *storage.Lease, a *
 			d.log.Warn("attempt not recorded: its lease ran out", "delivery_id", del.ID, "request_id", a.RequestID,
 				"status_code", orNil(a.StatusCode), "duration_ms", a.DurationMS)
 		}
-		return Result{Attempted: a != nil, Status: del.Status, unrecorded: true}, nil
+		return Result{Attempted: a != nil, Status: del.Status}, nil
 	}
 	res := Result{Attempted: a != nil, Status: t.Status}
 	if leftQueue(l, t) {

@@ -32,7 +32,7 @@ func breakerOutcome(r Response) (counts, ok bool) {
 // circuit waits: Decide's wait, for a circuit this process learnt open
 // after the claim read it closed.
 func (d *Deliverer) circuitWait(l *storage.Lease, now time.Time) time.Time {
-	at := now.Add(probeWait(d.circuit.Probes, 0))
+	at := now.Add(storage.ProbeWait(d.circuit.Probes, 0))
 	f := d.facts(Request{}, l, now)
 	f.Held, f.Circuit, f.ProbeAt = true, webhookd.CircuitOpen, &at
 	return Decide(f).At
@@ -59,13 +59,6 @@ func (d *Deliverer) takeProbe(ctx context.Context, r Request, l *storage.Lease, 
 	}
 	res, err = d.holdLeased(ctx, r, l, d.circuitWait(l, now), webhookd.WaitingCircuitOpen)
 	return res, err, false
-}
-
-func probeWait(probes []time.Duration, n int) time.Duration {
-	if len(probes) == 0 {
-		return 30 * time.Second
-	}
-	return probes[min(n, len(probes)-1)]
 }
 
 // countForBreaker applies a recorded attempt to its endpoint's breaker in

@@ -165,8 +165,8 @@ type Worker struct {
 	reconciler *Reconciler
 	retention  *Retention
 	holder     *holder
-	heart      loop     // the heartbeat
-	alive      liveness // when the heartbeat last landed
+	heart      loop      // the heartbeat
+	alive      *liveness // when the heartbeat last landed
 	// attempts are the reconciler's attempts made without a task (at most
 	// cap(slots) at once), on background, the worker's context.
 	attempts   sync.WaitGroup
@@ -202,16 +202,15 @@ func NewWorker(cfg Config) (*Worker, error) {
 	d := &Deliverer{db: cfg.DB, client: NewHTTPClient(cfg.HTTP), schedule: cfg.Schedule, clock: clock,
 		log: cfg.Logger, limiter: redis_rate.NewLimiter(cfg.Redis), prefix: cfg.RateLimitPrefix, metrics: m,
 		bodyTimeout: cfg.HTTP.ResponseTimeout, attemptTimeout: cfg.AttemptTimeout(), lease: cfg.Lease(),
-		gate: g, holder: newHolder(cfg.DB, q, g, clock, cfg.Logger, m.held), worker: storage.NewWorkerID(),
+		gate: g, holder: newHolder(cfg.DB, q, g, clock, cfg.Logger, m.held), alive: newLiveness(), worker: storage.NewWorkerID(),
 		circuit: storage.CircuitConfig{After: max(cfg.Circuit.After, 0), Probes: cfg.Circuit.Probes,
 			DisableAfter: max(cfg.Circuit.DisableAfter, 0)}}
-	w := &Worker{cfg: cfg, Deliverer: d, Queue: q, holder: d.holder, warm: warm.New(time.Minute), slots: make(chan struct{}, 64),
+	w := &Worker{cfg: cfg, Deliverer: d, Queue: q, holder: d.holder, warm: warm.New(time.Minute), slots: make(chan struct{}, 64), alive: d.alive,
 		reconciler: &Reconciler{DB: cfg.DB, Queue: q, Interval: cfg.ReconcileInterval, Grace: cfg.ReconcileGrace,
 			Clock: clock, Logger: cfg.Logger, Observe: m.observeReconcile, Offered: m.offered.Add, Reenqueued: m.reenqueued.Add},
 		retention: &Retention{DB: cfg.DB, Keep: cfg.Retention, Interval: cfg.RetentionInterval, Clock: cfg.Clock,
 			Logger: cfg.Logger}}
 	w.reconciler.Attempt = w.attemptInBackground
-	d.alive = &w.alive
 	w.server = asynq.NewServerFromRedisClient(cfg.Redis, asynq.Config{
 		Concurrency:              cfg.Concurrency,
 		Queues:                   map[string]int{cfg.Queue: 1},

@@ -171,13 +171,13 @@ func (s *circuitState) count(cfg CircuitConfig, o CircuitOutcome) (disabled bool
 			s.failingSince = &at
 		}
 		if cfg.After > 0 && s.failures >= cfg.After && o.At.Sub(*s.failingSince) >= CircuitMinSpan {
-			at := o.At.Add(probeWait(cfg.Probes, 0))
+			at := o.At.Add(ProbeWait(cfg.Probes, 0))
 			s.circuit, s.probes, s.probeAt = webhookd.CircuitOpen, 0, &at
 		}
 	case o.Probe:
 		s.failures++
 		s.probes++
-		at := o.At.Add(probeWait(cfg.Probes, s.probes))
+		at := o.At.Add(ProbeWait(cfg.Probes, s.probes))
 		s.circuit, s.probeAt = webhookd.CircuitOpen, &at
 	default:
 		s.failures++
@@ -216,8 +216,8 @@ func writeCircuit(ctx context.Context, tx pgx.Tx, s circuitState, disabled, wasO
 	return err
 }
 
-// probeWait is the wait before probe n (0: the first) of an open circuit.
-func probeWait(probes []time.Duration, n int) time.Duration {
+// ProbeWait is the wait before probe n (0: the first) of an open circuit.
+func ProbeWait(probes []time.Duration, n int) time.Duration {
 	if len(probes) == 0 {
 		return 30 * time.Second
 	}

@@ -6,8 +6,26 @@ import (
 	"testing"
 	"time"
 
+	"github.com/webhookd/webhookd/internal/testenv"
 	"github.com/webhookd/webhookd/storage"
 )
+
+// poolOfOne opens a second DB on a migrated test schema whose pool has one
+// connection, closed when the test ends: for tests of what must not wait
+// for a second connection of its pool.
+func poolOfOne(t *testing.T, ctx context.Context) *storage.DB {
+	t.Helper()
+	var schema string
+	if err := testenv.DB(t).Pool().QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+		t.Fatal(err)
+	}
+	db, err := storage.Open(ctx, storage.Config{URL: testenv.DatabaseURL(), SearchPath: schema, MaxConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+	return db
+}
 
 // newProject makes a project (and an API key) and returns its id.
 func newProject(t *testing.T, db *storage.DB) string {

@@ -14,18 +14,9 @@ import (
 // holds no connection while fn runs.
 func TestLeaderLeavesThePoolToFn(t *testing.T) {
 	t.Parallel()
-	migrated := testenv.DB(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	var schema string
-	if err := migrated.Pool().QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
-		t.Fatal(err)
-	}
-	db, err := storage.Open(ctx, storage.Config{URL: testenv.DatabaseURL(), SearchPath: schema, MaxConns: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := poolOfOne(t, ctx)
 	ran, err := db.AsLeader(ctx, "reconciler", func(ctx context.Context) error {
 		_, err := db.Store().DueDeliveries(ctx, time.Now(), time.Now(), storage.DueCursor{}, 10)
 		return err

@@ -143,18 +143,9 @@ func TestDeadWorkersProbeIsFreed(t *testing.T) {
 // timeout, and the next one lands.
 func TestBeatWithThePoolExhausted(t *testing.T) {
 	t.Parallel()
-	migrated := testenv.DB(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	var schema string
-	if err := migrated.Pool().QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
-		t.Fatal(err)
-	}
-	db, err := storage.Open(ctx, storage.Config{URL: testenv.DatabaseURL(), SearchPath: schema, MaxConns: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := poolOfOne(t, ctx)
 	conn, err := db.Pool().Acquire(ctx) // the pool's only connection
 	if err != nil {
 		t.Fatal(err)
