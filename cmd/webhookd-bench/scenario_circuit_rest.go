@@ -31,8 +31,8 @@ var circuitRestScenario = scenario{
 	Name: "circuit-rest",
 	Title: func(o *Options) string {
 		return fmt.Sprintf("%s endpoints with open circuits (probe %s ahead) and %s deliveries waiting for them "+
-			"(waiting_reason circuit_open, next_attempt_at at the probe), written straight into PostgreSQL and "+
-			"enqueued with dispatcher.Queue for their probe time, as webhookd would have left them (the API would "+
+			"(waiting_reason circuit_open, next_attempt_at at the end of their window), written straight into "+
+			"PostgreSQL, with their wake-ups and each circuit's probe enqueued with dispatcher.Queue, as webhookd would have left them (the API would "+
 			"need a failing receiver and minutes); webhookd all's CPU over %s idle before they are written, then, "+
 			"%s after, over %s at rest with them, and the whole PostgreSQL server's",
 			thousands(float64(o.RestEndpoints)), circuitRestProbeIn, thousands(float64(o.RestDeliveries)),
@@ -138,8 +138,9 @@ func restDeliveryID(j int) string { return fmt.Sprintf("dlv_%026d", j) }
 // seedOpenCircuits writes, for the project "bench", n endpoints whose
 // circuits opened just now after 10 failures, their probe at probeAt, and m
 // events with one delivery each, spread over the endpoints, failed once and
-// waiting for the probe (waiting_reason circuit_open), as webhookd leaves
-// them when a circuit opens.
+// waiting for their circuit (waiting_reason circuit_open) until the end of
+// their window (restWindow), as webhookd leaves them when a circuit opens:
+// the probe has a wake-up of its own.
 func seedOpenCircuits(ctx context.Context, dbURL, url string, n, m int, probeAt time.Time) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
@@ -166,7 +167,7 @@ func seedOpenCircuits(ctx context.Context, dbURL, url string, n, m int, probeAt 
 				auto_attempts, last_status_code, next_attempt_at, waiting_reason)
 		  SELECT 'dlv_' || lpad(j::text, 26, '0'), p.id, 'evt_' || lpad(j::text, 26, '0'), 'ep_bench_rest_' || (j % $2),
 		         'bench.rest', 'retrying', 1, 1, 503, $3, 'circuit_open'
-		  FROM projects p, generate_series(0, $1::int - 1) j WHERE p.name = 'bench'`, []any{m, n, probeAt}},
+		  FROM projects p, generate_series(0, $1::int - 1) j WHERE p.name = 'bench'`, []any{m, n, time.Now().Add(restWindow)}},
 		{`ANALYZE endpoints, events, deliveries`, nil},
 	}
 	for _, st := range steps {
@@ -177,9 +178,20 @@ func seedOpenCircuits(ctx context.Context, dbURL, url string, n, m int, probeAt 
 	return nil
 }
 
-// enqueueParked gives each seeded delivery its wake-up at probeAt, with
-// webhookd's own queue code, in chunks of 1,000 from 8 goroutines.
+// restWindow is the default schedule's window (1m+15m+1h+24h): how long a
+// delivery held by an open circuit waits at most.
+const restWindow = 25*time.Hour + 16*time.Minute
+
+// enqueueParked gives each seeded delivery its wake-up at the end of its
+// window and each circuit its probe's at probeAt, with webhookd's own queue
+// code, in chunks of 1,000 from 8 goroutines.
 func enqueueParked(ctx context.Context, q *dispatcher.Queue, n, m int, probeAt time.Time) error {
+	for i := range n {
+		if err := q.EnqueueProbe(ctx, restEndpointID(i), probeAt); err != nil {
+			return err
+		}
+	}
+	end := time.Now().Add(restWindow)
 	const chunk, workers = 1000, 8
 	starts := make(chan int, m/chunk+1)
 	for j := 0; j < m; j += chunk {
@@ -193,7 +205,7 @@ func enqueueParked(ctx context.Context, q *dispatcher.Queue, n, m int, probeAt t
 				ds := make([]webhookd.ScheduledDelivery, 0, chunk)
 				for j := start; j < min(start+chunk, m); j++ {
 					ds = append(ds, webhookd.ScheduledDelivery{ID: restDeliveryID(j),
-						EndpointID: restEndpointID(j % n), DueAt: probeAt})
+						EndpointID: restEndpointID(j % n), DueAt: end})
 				}
 				if err := q.Enqueue(ctx, ds...); err != nil {
 					return err
