@@ -112,3 +112,30 @@ func TestManualRedeliveryWaitsItsTurn(t *testing.T) {
 		t.Fatalf("the redelivered delivery is %s, waiting %q; want pending, waiting for its turn", d.Status, d.WaitingReason)
 	}
 }
+
+// aheadClock is a worker's clock that runs ahead of PostgreSQL's.
+type aheadClock time.Duration
+
+func (c aheadClock) Now() time.Time { return time.Now().Add(time.Duration(c)) }
+
+// TestClockAheadDoesNotAttemptEarly: a worker whose own clock runs an hour
+// ahead still takes a delivery's time from PostgreSQL's clock: a delivery
+// due in 3 s whose task runs now is attempted in 3 s, not at once.
+func TestClockAheadDoesNotAttemptEarly(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *dispatcher.Config) { c.Clock = aheadClock(time.Hour) })
+	e.worker.Stop()
+	rc := newReceiver(t, status(http.StatusNoContent))
+	e.endpoint(rc.URL, nil)
+	id := e.publish("a", 1)[0] // its task is due now
+	var due time.Time
+	if err := e.db.Pool().QueryRow(context.Background(), `UPDATE deliveries SET next_attempt_at = now() + interval '3 seconds'
+		WHERE id = $1 RETURNING next_attempt_at`, id).Scan(&due); err != nil {
+		t.Fatal(err)
+	}
+	e.worker = e.startWorker()
+	e.waitStatus(id, webhookd.DeliverySucceeded, 15*time.Second)
+	if at := rc.requests()[0].at; at.Before(due) {
+		t.Fatalf("attempted %v before its time", due.Sub(at))
+	}
+}

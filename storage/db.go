@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io/fs"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -95,6 +96,16 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 
 // Pool returns the underlying pool (for tests and health checks).
 func (db *DB) Pool() *pgxpool.Pool { return db.pool }
+
+// Now is PostgreSQL's time: the one clock times compared between processes
+// come from (SPEC §1).
+func (db *DB) Now(ctx context.Context) (time.Time, error) {
+	var now time.Time
+	if err := db.pool.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		return time.Time{}, fmt.Errorf("database time: %w", err)
+	}
+	return now, nil
+}
 
 // Close closes the pools.
 func (db *DB) Close() {
