@@ -107,3 +107,22 @@ func TestDecide(t *testing.T) {
 		})
 	}
 }
+
+// TestLeaseInDoubtOnceHeartbeatsStop: a worker whose heartbeats stopped
+// landing 3.5 s ago sends nothing more on its leases (other processes void
+// them 5 s after its last beat); before its first beat lands nobody can.
+func TestLeaseInDoubtOnceHeartbeatsStop(t *testing.T) {
+	l := newLiveness()
+	d := &Deliverer{alive: l}
+	if d.leaseInDoubt() {
+		t.Fatal("in doubt before any beat landed")
+	}
+	l.landed(time.Now().Add(-time.Second))
+	if d.leaseInDoubt() {
+		t.Fatal("in doubt a second after a beat landed")
+	}
+	l.landed(time.Now().Add(-4 * time.Second))
+	if !d.leaseInDoubt() {
+		t.Fatal("not in doubt 4 s after the last beat that landed")
+	}
+}
