@@ -97,14 +97,17 @@ func (d *Deliverer) claim(ctx context.Context, r Request, c storage.Claim) (stor
 // claimNow runs claims at PostgreSQL's time as this process knows it, and
 // learns that time again from their answer.
 func (d *Deliverer) claimNow(ctx context.Context, cs []storage.Claim) ([]storage.Lease, error) {
+	c, _ := d.clock.(*dbClock)
+	var sent time.Time
+	if c != nil {
+		sent = c.sent()
+	}
 	now := d.clock.Now()
 	ls, err := d.db.ClaimDeliveries(ctx, now, now.Add(d.lease), cs)
-	if c, ok := d.clock.(*dbClock); ok {
-		for _, l := range ls {
-			if l.Found {
-				c.learn(l.Now)
-				break
-			}
+	for _, l := range ls {
+		if c != nil && l.Found {
+			c.learn(l.Now, sent)
+			break
 		}
 	}
 	return ls, err

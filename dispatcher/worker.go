@@ -236,8 +236,10 @@ const batchLinger = 5 * time.Millisecond
 func (w *Worker) Start(ctx context.Context) error {
 	d := w.Deliverer
 	// PostgreSQL's clock before the first claim, which reads it again.
+	c := d.clock.(*dbClock)
+	sent := c.sent()
 	if now, err := d.db.Now(ctx); err == nil {
-		d.clock.(*dbClock).learn(now)
+		c.learn(now, sent)
 	}
 	claimSize, recordSize := d.metrics.groups.WithLabelValues("claim"), d.metrics.groups.WithLabelValues("record")
 	d.claims = newBatcher(256, 1, batchLinger, 30*time.Second, func(ctx context.Context, cs []storage.Claim) ([]storage.Lease, error) {

@@ -78,7 +78,9 @@ type Lease struct {
 
 // ClaimDeliveries leases the deliveries cs name, each while it is free (no
 // lease, or one that ran out at now) and in the state its mode asks for,
-// until until. All claims travel in one statement and one commit; the
+// until until. now is the caller's idea of PostgreSQL's time, which lags
+// it by a round trip at least: the later of it and PostgreSQL's own is
+// the time due and lease times are compared with. All claims travel in one statement and one commit; the
 // result has one Lease per claim, in order. Two claims of one delivery in
 // one call: at most one holds it.
 //
@@ -109,8 +111,9 @@ func (db *DB) ClaimDeliveries(ctx context.Context, now, until time.Time, cs []Cl
 		), held AS (
 			UPDATE deliveries d SET lease_owner = c.token, lease_until = $6, lease_worker = NULLIF(c.worker, ''),
 				waiting_reason = NULL
-			FROM c WHERE d.id = c.id AND (d.lease_until IS NULL OR d.lease_until <= $5 OR d.lease_owner = c.token) AND CASE c.mode
-				WHEN 0 THEN d.status IN ('pending', 'retrying') AND d.next_attempt_at <= $5
+			FROM c WHERE d.id = c.id AND (d.lease_until IS NULL OR d.lease_until <= greatest($5, now())
+				OR d.lease_owner = c.token) AND CASE c.mode
+				WHEN 0 THEN d.status IN ('pending', 'retrying') AND d.next_attempt_at <= greatest($5, now())
 					AND (d.fifo_seq IS NULL OR NOT EXISTS (`+fifoAhead+`))
 				WHEN 1 THEN d.manual_request_id = c.request_id
 				WHEN 2 THEN d.status = 'dead_letter'

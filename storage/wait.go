@@ -31,8 +31,9 @@ func (db *DB) HoldBack(ctx context.Context, now time.Time, hs []Hold) error {
 	_, err := db.pool.Exec(ctx, `UPDATE deliveries d SET waiting_reason = h.reason,
 			next_attempt_at = coalesce(h.until, d.next_attempt_at)
 		FROM unnest($1::text[], $2::text[], $3::timestamptz[]) AS h(id, reason, until)
-		WHERE d.id = h.id AND d.status IN ('pending', 'retrying') AND (d.lease_until IS NULL OR d.lease_until <= $4)
-			AND (h.until IS NULL OR d.next_attempt_at <= $4)
+		WHERE d.id = h.id AND d.status IN ('pending', 'retrying')
+			AND (d.lease_until IS NULL OR d.lease_until <= greatest($4, now()))
+			AND (h.until IS NULL OR d.next_attempt_at <= greatest($4, now()))
 			AND set_config('synchronous_commit', 'off', true) = 'off'`, ids, reasons, untils, now)
 	if err != nil {
 		return fmt.Errorf("hold back deliveries: %w", err)
