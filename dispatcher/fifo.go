@@ -38,6 +38,10 @@ func (h *holder) waitTurn(ctx context.Context, ep, id string) error {
 	return &RetryAt{At: h.clock.Now().Add(holdFor), Reason: "held back: waiting for its turn"}
 }
 
+// chainWait is the longest a chain waits for its head's retry itself
+// rather than handing it to asynq, whose times are whole seconds.
+const chainWait = time.Second
+
 // chainFor is how many deliveries of an ordered endpoint's queue one task
 // attempts after its own at most (passTurn) before the next one's own task
 // takes over.
@@ -69,6 +73,15 @@ func (d *Deliverer) passTurn(ctx context.Context, ep string) {
 		switch {
 		case res.turn != "":
 			d.holder.queue.Drop(id) // its own task sleeps: done, it need not wake
+		case errors.As(err, &at) && res.Attempted && time.Until(at.At) <= chainWait:
+			// A retry due within a moment: the queue waits for it anyway,
+			// and asynq keeps times in whole seconds.
+			t := time.NewTimer(time.Until(at.At))
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+			}
 		case errors.As(err, &at):
 			// Its own task sleeps for its turn: it sleeps until then instead.
 			d.holder.queue.Drop(id)

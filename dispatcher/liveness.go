@@ -13,7 +13,8 @@ import (
 // whatever the wall clock or an injected Clock does.
 type liveness struct {
 	start   time.Time    // a fixed point: last is measured from it
-	last    atomic.Int64 // nanoseconds from start to the last beat that landed; 0: none yet
+	last    atomic.Int64 // nanoseconds from start to the last beat that landed
+	ever    atomic.Bool  // a beat landed
 	failing atomic.Bool  // the latest beat failed
 }
 
@@ -22,7 +23,8 @@ func newLiveness() *liveness { return &liveness{start: time.Now()} }
 // landed records that a beat sent at sent landed, and tells whether beats
 // were failing until now.
 func (l *liveness) landed(sent time.Time) (recovered bool) {
-	l.last.Store(max(int64(sent.Sub(l.start)), 1))
+	l.last.Store(int64(sent.Sub(l.start)))
+	l.ever.Store(true)
 	return l.failing.Swap(false)
 }
 
@@ -33,6 +35,5 @@ func (l *liveness) failed() (first bool) { return !l.failing.Swap(true) }
 // since tells how long before now the last beat that landed was sent, and
 // false before the first landed.
 func (l *liveness) since(now time.Time) (time.Duration, bool) {
-	last := l.last.Load()
-	return now.Sub(l.start.Add(time.Duration(last))), last != 0
+	return now.Sub(l.start.Add(time.Duration(l.last.Load()))), l.ever.Load()
 }
