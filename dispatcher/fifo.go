@@ -84,8 +84,7 @@ func (d *Deliverer) passTurn(ctx context.Context, ep string) {
 			}
 		case errors.As(err, &at):
 			// Its own task sleeps for its turn: it sleeps until then instead.
-			d.holder.queue.Drop(id)
-			d.holder.queue.Enqueue(context.WithoutCancel(ctx), webhookd.ScheduledDelivery{ID: id, EndpointID: ep, DueAt: at.At})
+			d.holder.queue.Reschedule(context.WithoutCancel(ctx), ep, id, at.At)
 			return
 		default:
 			d.holder.queue.Wake(context.WithoutCancel(ctx), ep, id)

@@ -246,7 +246,15 @@ func isRunning(err error) bool { return err != nil && strings.Contains(err.Error
 // Drop deletes the sleeping task id, whose delivery is done (a chained
 // attempt of an ordered queue made it): else it would wake, once, to find
 // it done. A task pending or running is left alone, and so is any error.
-func (q *Queue) Drop(id string) { _ = q.inspector.DeleteTask(q.queue, id) }
+// It does not wait: the chain goes on with the next delivery meanwhile.
+func (q *Queue) Drop(id string) { go q.inspector.DeleteTask(q.queue, id) }
+
+// Reschedule moves delivery id's sleeping task to at: deleted, then made
+// again (a task pending or running is left to run).
+func (q *Queue) Reschedule(ctx context.Context, ep, id string, at time.Time) error {
+	_ = q.inspector.DeleteTask(q.queue, id)
+	return q.Enqueue(ctx, webhookd.ScheduledDelivery{ID: id, EndpointID: ep, DueAt: at})
+}
 
 // EnqueueProbe schedules the wake-up of endpoint ep's probe at at: the
 // task makes the longest-waiting delivery held by the circuit due, and
