@@ -97,15 +97,48 @@ func (h *holder) Start(ctx context.Context) {
 			case <-stop:
 				return
 			case ep := <-h.gate.freed:
-				h.mu.Lock()
-				_, ok := h.known[ep]
-				h.mu.Unlock()
-				if ok { // else nothing of ep is held here: no database work per attempt
+				for ep := range h.freedSoon(ep) {
 					h.wake(ctx, ep)
 				}
 			}
 		}
 	})
+}
+
+// wakeLinger is how long the holder gathers freed slots before it wakes
+// their endpoints' held deliveries: one wake (one statement) per endpoint
+// for every slot that freed meanwhile, not one per slot.
+const wakeLinger = 5 * time.Millisecond
+
+// freedSoon returns the endpoints with held deliveries among first and
+// those whose slots free within wakeLinger after it: endpoints nothing of
+// which is held here cost no database work.
+func (h *holder) freedSoon(first string) map[string]struct{} {
+	h.mu.Lock()
+	none := len(h.known) == 0
+	h.mu.Unlock()
+	if none {
+		return nil
+	}
+	eps := map[string]struct{}{first: {}}
+	t := time.NewTimer(wakeLinger)
+	defer t.Stop()
+	for gather := true; gather; {
+		select {
+		case ep := <-h.gate.freed:
+			eps[ep] = struct{}{}
+		case <-t.C:
+			gather = false
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for ep := range eps {
+		if _, ok := h.known[ep]; !ok {
+			delete(eps, ep)
+		}
+	}
+	return eps
 }
 
 // pass wakes what may go of every endpoint this process held deliveries
