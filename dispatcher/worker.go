@@ -167,8 +167,11 @@ type Worker struct {
 	holder     *holder
 	heart      loop      // the heartbeat
 	alive      *liveness // when the heartbeat last landed
-	// attempts are the reconciler's attempts made without a task (at most
-	// cap(slots) at once), on background, the worker's context.
+	// attempts are the reconciler's attempts made without a task, on
+	// background, the worker's context: at most cap(slots) at once, the
+	// worker's concurrency, as many as a dead worker may have had in
+	// flight (at 64, a dead worker's 360 attempts to a receiver answering
+	// in a second took 8 s longer to come back than through the queue).
 	attempts   sync.WaitGroup
 	slots      chan struct{}
 	background context.Context
@@ -205,7 +208,7 @@ func NewWorker(cfg Config) (*Worker, error) {
 		gate: g, holder: newHolder(cfg.DB, q, g, clock, cfg.Logger, m.held), alive: newLiveness(), worker: storage.NewWorkerID(),
 		circuit: storage.CircuitConfig{After: max(cfg.Circuit.After, 0), Probes: cfg.Circuit.Probes,
 			DisableAfter: max(cfg.Circuit.DisableAfter, 0)}}
-	w := &Worker{cfg: cfg, Deliverer: d, Queue: q, holder: d.holder, warm: warm.New(time.Minute), slots: make(chan struct{}, 64), alive: d.alive,
+	w := &Worker{cfg: cfg, Deliverer: d, Queue: q, holder: d.holder, warm: warm.New(time.Minute), slots: make(chan struct{}, cfg.Concurrency), alive: d.alive,
 		reconciler: &Reconciler{DB: cfg.DB, Queue: q, Interval: cfg.ReconcileInterval, Grace: cfg.ReconcileGrace,
 			Clock: clock, Logger: cfg.Logger, Observe: m.observeReconcile, Offered: m.offered.Add, Reenqueued: m.reenqueued.Add},
 		retention: &Retention{DB: cfg.DB, Keep: cfg.Retention, Interval: cfg.RetentionInterval, Clock: cfg.Clock,
