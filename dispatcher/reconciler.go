@@ -76,7 +76,6 @@ type Reconciler struct {
 	cursor storage.DueCursor
 	last   time.Time // when this process last ran a pass
 	lost   bool      // Redis lost its data and no pass here has run since
-	quiet  bool      // the queue had no backlog at this pass's start (grace)
 	loop
 }
 
@@ -168,7 +167,6 @@ func (r *Reconciler) RunOnce(ctx context.Context) (ran bool, offered int, err er
 func (r *Reconciler) runOnce(ctx context.Context, lost bool) (ran bool, offered int, err error) {
 	ran, err = r.DB.AsLeader(ctx, "reconciler", func(ctx context.Context) error {
 		err := r.Queue.Register(ctx) // after Redis lost its data
-		r.look(ctx)
 		n, offerErr := r.offerDue(ctx, lost)
 		offered = n
 		r.wakeHeads(ctx)
@@ -180,21 +178,14 @@ func (r *Reconciler) runOnce(ctx context.Context, lost bool) (ran bool, offered 
 // grace is how long a due delivery is left to its own task.
 func (r *Reconciler) grace() time.Duration {
 	switch {
-	case r.Grace == 0 && r.quiet:
-		return quietGrace
 	case r.Grace == 0:
-		return DefaultReconcileGrace
+		return quietGrace
 	case r.Grace < 0:
 		return 0
 	}
 	return r.Grace
 }
 
-// look notes whether the queue is quiet for this pass's grace.
-func (r *Reconciler) look(ctx context.Context) {
-	n, err := r.Queue.Pending(ctx)
-	r.quiet = err == nil && n < quietBacklog
-}
 
 // offerDue offers the next window of due deliveries to the queue: a
 // delivery with no task gets one, a task asleep past its time runs now,
@@ -219,6 +210,9 @@ func (r *Reconciler) offerDue(ctx context.Context, lost bool) (int, error) {
 		last := due[len(due)-1]
 		r.cursor = storage.DueCursor{At: last.DueAt, ID: last.ID}
 	}
+	if r.Grace == 0 && !lost && len(due) > 0 {
+		due = r.pastBacklogGrace(ctx, due, now)
+	}
 	created, taken, err := r.Queue.Offer(ctx, due)
 	if r.Reenqueued != nil {
 		r.Reenqueued(float64(created))
@@ -231,6 +225,22 @@ func (r *Reconciler) offerDue(ctx context.Context, lost bool) (int, error) {
 		r.Attempt(ctx, taken)
 	}
 	return len(due), err
+}
+
+// pastBacklogGrace keeps of due only the deliveries overdue by
+// DefaultReconcileGrace while the queue has a backlog (asked only when
+// something is due: at rest a pass costs no look at the queue).
+func (r *Reconciler) pastBacklogGrace(ctx context.Context, due []webhookd.ScheduledDelivery, now time.Time) []webhookd.ScheduledDelivery {
+	if n, err := r.Queue.Pending(ctx); err == nil && n < quietBacklog {
+		return due
+	}
+	kept := due[:0]
+	for _, d := range due {
+		if !d.DueAt.After(now.Add(-DefaultReconcileGrace)) {
+			kept = append(kept, d)
+		}
+	}
+	return kept
 }
 
 // wakeProbes offers again the probe of every open circuit whose probe is
