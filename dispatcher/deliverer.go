@@ -394,10 +394,14 @@ func (d *Deliverer) holdLeased(ctx context.Context, r Request, l *storage.Lease,
 			at = d.clock.Now().Add(holdFor)
 		}
 	}
-	if err := d.db.ReleaseLease(context.WithoutCancel(ctx), l.Delivery.ID, l.Token, waits, at); err != nil {
+	held, err := d.db.ReleaseLease(context.WithoutCancel(ctx), l.Delivery.ID, l.Token, waits, at)
+	if err != nil {
 		return Result{}, err
 	}
 	res := Result{Status: l.Delivery.Status, HeldFor: ep}
+	if !held { // its circuit closed meanwhile: due now
+		return res, &RetryAt{At: d.clock.Now(), Reason: "its circuit closed"}
+	}
 	d.holder.held.WithLabelValues(reason).Inc()
 	switch {
 	case r.Replay: // no task to park: Replay waits for the endpoint's room

@@ -489,19 +489,32 @@ const resetPlanSettings = `SELECT set_config(name, reset_val, true) FROM pg_sett
 // was not made (its endpoint had no room, or its circuit is open). When
 // reason is set and the delivery still waits for an automatic attempt, it
 // waits until at for reason (its next_attempt_at and waiting_reason);
-// else (a manual attempt held back) its schedule is left as it is. Like a
-// claim, it need not reach disk before the commit returns: lost in a
-// crash, it is a lease that runs out.
-func (db *DB) ReleaseLease(ctx context.Context, deliveryID, token, reason string, at time.Time) error {
-	_, err := db.pool.Exec(ctx, `UPDATE deliveries SET lease_owner = NULL, lease_until = NULL,
-			next_attempt_at = CASE WHEN $3 <> '' AND status IN ('pending', 'retrying') THEN $4 ELSE next_attempt_at END,
-			waiting_reason = CASE WHEN $3 <> '' AND status IN ('pending', 'retrying') THEN $3 ELSE waiting_reason END
-		WHERE id = $1 AND lease_owner = $2 AND set_config('synchronous_commit', 'off', true) = 'off'`,
-		deliveryID, token, reason, at)
-	if err != nil {
-		return fmt.Errorf("release lease of %s: %w", deliveryID, err)
+// else (a manual attempt held back) its schedule is left as it is. A wait
+// for an open circuit applies only while the circuit is still open, read
+// under the endpoint row's lock: a close that committed meanwhile (which
+// turns the circuit's waiters into waiters for room) leaves this one due
+// now instead, and false says so. Like a claim, it need not reach disk
+// before the commit returns: lost in a crash, it is a lease that runs out.
+func (db *DB) ReleaseLease(ctx context.Context, deliveryID, token, reason string, at time.Time) (bool, error) {
+	var waits bool
+	err := db.pool.QueryRow(ctx, `WITH w AS (
+			SELECT $3 <> '' AND ($3 <> 'circuit_open' OR EXISTS (SELECT 1 FROM endpoints p, deliveries d
+				WHERE d.id = $1 AND p.id = d.endpoint_id AND p.circuit <> 'closed' FOR SHARE OF p)) AS waits
+		)
+		UPDATE deliveries SET lease_owner = NULL, lease_until = NULL,
+			next_attempt_at = CASE WHEN $3 = '' OR status NOT IN ('pending', 'retrying') THEN next_attempt_at
+				WHEN (SELECT waits FROM w) THEN $4 ELSE least(next_attempt_at, now()) END,
+			waiting_reason = CASE WHEN $3 = '' OR status NOT IN ('pending', 'retrying') THEN waiting_reason
+				WHEN (SELECT waits FROM w) THEN $3 END
+		WHERE id = $1 AND lease_owner = $2 AND set_config('synchronous_commit', 'off', true) = 'off'
+		RETURNING $3 = '' OR (SELECT waits FROM w)`, deliveryID, token, reason, at).Scan(&waits)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return true, nil // the lease was not ours any more
 	}
-	return nil
+	if err != nil {
+		return false, fmt.Errorf("release lease of %s: %w", deliveryID, err)
+	}
+	return waits, nil
 }
 
 // headersJSON is an attempt's header map as the JSON object its column
