@@ -186,7 +186,6 @@ func (r *Reconciler) grace() time.Duration {
 	return r.Grace
 }
 
-
 // offerDue offers the next window of due deliveries to the queue: a
 // delivery with no task gets one, a task asleep past its time runs now,
 // and one taken by a worker that never ran it is attempted here.
