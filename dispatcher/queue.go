@@ -71,15 +71,10 @@ func (q *Queue) EnqueueCounting(ctx context.Context, ds ...webhookd.ScheduledDel
 	return created, err
 }
 
-// Offer is the reconciler's Enqueue of deliveries overdue in PostgreSQL: a
-// delivery with a live task whose task sleeps (scheduled or retrying past
-// its due time) runs now; one whose task a worker took (active) is
-// returned in taken, for the caller to attempt.
-func (q *Queue) Offer(ctx context.Context, ds []webhookd.ScheduledDelivery) (created int, taken []webhookd.ScheduledDelivery, err error) {
-	return q.offer(ctx, ds, true)
-}
-
-// offer enqueues ds; with wake, as Offer. asynq v0.26 enqueues one task
+// offer enqueues ds. With wake (the reconciler's offer of deliveries
+// overdue in PostgreSQL), a delivery with a live task whose task sleeps
+// (scheduled or retrying past its due time) runs now, and one whose task a
+// worker took (active) is returned in taken, for the caller to attempt. asynq v0.26 enqueues one task
 // per round trip; many travel side by side instead of one after another.
 func (q *Queue) offer(ctx context.Context, ds []webhookd.ScheduledDelivery, wake bool) (created int, taken []webhookd.ScheduledDelivery, err error) {
 	var (

@@ -76,6 +76,9 @@ type Reconciler struct {
 	cursor storage.DueCursor
 	last   time.Time // when this process last ran a pass
 	lost   bool      // Redis lost its data and no pass here has run since
+	// backlogOffer is when a pass last offered deliveries while the queue
+	// had a backlog.
+	backlogOffer time.Time
 	loop
 }
 
@@ -209,10 +212,18 @@ func (r *Reconciler) offerDue(ctx context.Context, lost bool) (int, error) {
 		last := due[len(due)-1]
 		r.cursor = storage.DueCursor{At: last.DueAt, ID: last.ID}
 	}
-	if r.Grace == 0 && !lost && len(due) > 0 {
-		due = r.pastBacklogGrace(ctx, due, now)
+	wake := true
+	if r.Grace == 0 && !lost && len(due) > 0 && r.backlogged(ctx) {
+		// A backlog's deliveries are overdue with nothing lost, and their
+		// tasks wait awake: offered (without waking) once per long grace,
+		// those overdue by it.
+		if time.Since(r.backlogOffer) < DefaultReconcileGrace {
+			return 0, nil
+		}
+		r.backlogOffer, wake = time.Now(), false
+		due = overdueBy(due, now.Add(-DefaultReconcileGrace))
 	}
-	created, taken, err := r.Queue.Offer(ctx, due)
+	created, taken, err := r.Queue.offer(ctx, due, wake)
 	if r.Reenqueued != nil {
 		r.Reenqueued(float64(created))
 	}
@@ -226,16 +237,18 @@ func (r *Reconciler) offerDue(ctx context.Context, lost bool) (int, error) {
 	return len(due), err
 }
 
-// pastBacklogGrace keeps of due only the deliveries overdue by
-// DefaultReconcileGrace while the queue has a backlog (asked only when
-// something is due: at rest a pass costs no look at the queue).
-func (r *Reconciler) pastBacklogGrace(ctx context.Context, due []webhookd.ScheduledDelivery, now time.Time) []webhookd.ScheduledDelivery {
-	if n, err := r.Queue.Pending(ctx); err == nil && n < quietBacklog {
-		return due
-	}
+// backlogged tells whether asynq's queue has a backlog (asked only when
+// something is overdue: at rest a pass costs no look at the queue).
+func (r *Reconciler) backlogged(ctx context.Context) bool {
+	n, err := r.Queue.Pending(ctx)
+	return err != nil || n >= quietBacklog
+}
+
+// overdueBy keeps of due the deliveries due at cutoff or before.
+func overdueBy(due []webhookd.ScheduledDelivery, cutoff time.Time) []webhookd.ScheduledDelivery {
 	kept := due[:0]
 	for _, d := range due {
-		if !d.DueAt.After(now.Add(-DefaultReconcileGrace)) {
+		if !d.DueAt.After(cutoff) {
 			kept = append(kept, d)
 		}
 	}
