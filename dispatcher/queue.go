@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +23,7 @@ const (
 	TaskDelivery = "webhookd:delivery" // an attempt of one delivery, TaskID = delivery id (manual: a request id)
 	TaskJob      = "webhookd:job"      // a background job, TaskID = job id
 	TaskProbe    = "webhookd:probe"    // the probe of an open circuit, TaskID = probe:<endpoint id>:<probe time>
+	TaskRegister = "webhookd:register" // a no-op that lists the queue in asynq again (Queue.Register)
 )
 
 // DefaultQueue is the asynq queue webhookd uses.
@@ -185,12 +187,28 @@ func (q *Queue) Pending(ctx context.Context) (int, error) {
 	return info.Pending, nil
 }
 
-// Register adds the queue to asynq's set of queues. asynq's client adds it
+// Register makes asynq list the queue again. asynq's client lists a queue
 // on its first enqueue and never again, so after Redis lost its data the
-// queue is missing there, and asynq's Inspector (RunTask, GetQueueInfo)
-// answers ErrQueueNotFound although its tasks run.
+// queue is missing from the list, and asynq's Inspector (RunTask,
+// GetQueueInfo) answers ErrQueueNotFound although its tasks run. Through
+// asynq's public API only: when Inspector.Queues lacks the queue, a new
+// client (which has listed nothing yet) enqueues a no-op task there
+// (TaskRegister), which lists it.
 func (q *Queue) Register(ctx context.Context) error {
-	return q.rdb.SAdd(ctx, "asynq:queues", q.queue).Err()
+	qs, err := q.inspector.Queues()
+	if err != nil {
+		return fmt.Errorf("asynq queues: %w", err)
+	}
+	if slices.Contains(qs, q.queue) {
+		return nil
+	}
+	// A client from a shared Redis client has nothing of its own to close.
+	_, err = asynq.NewClientFromRedisClient(q.rdb).EnqueueContext(ctx, asynq.NewTask(TaskRegister, nil),
+		asynq.Queue(q.queue), asynq.TaskID(TaskRegister), asynq.MaxRetry(0))
+	if err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
+		return fmt.Errorf("list queue %s: %w", q.queue, err)
+	}
+	return nil
 }
 
 // Wake runs the tasks ids (of endpoint ep's deliveries) now (asynq's Inspector.RunTask: a task asleep

@@ -261,6 +261,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	mux.HandleFunc(TaskDelivery, w.handleDelivery)
 	mux.HandleFunc(TaskJob, w.handleJob)
 	mux.HandleFunc(TaskProbe, w.handleProbe)
+	mux.HandleFunc(TaskRegister, func(context.Context, *asynq.Task) error { return nil })
 	if err := w.server.Start(mux); err != nil {
 		return fmt.Errorf("start worker: %w", err)
 	}
