@@ -503,11 +503,12 @@ func (db *DB) ReleaseLease(ctx context.Context, deliveryID, token, reason string
 		)
 		UPDATE deliveries SET lease_owner = NULL, lease_until = NULL,
 			next_attempt_at = CASE WHEN $3 = '' OR status NOT IN ('pending', 'retrying') THEN next_attempt_at
-				WHEN (SELECT waits FROM w) THEN $4 ELSE least(next_attempt_at, now()) END,
+				WHEN (SELECT waits FROM w) THEN CASE WHEN $3 = 'circuit_open' THEN $4 ELSE `+keepPlace("$4", "next_attempt_at", "$5")+` END
+				ELSE least(next_attempt_at, now()) END,
 			waiting_reason = CASE WHEN $3 = '' OR status NOT IN ('pending', 'retrying') THEN waiting_reason
 				WHEN (SELECT waits FROM w) THEN $3 END
 		WHERE id = $1 AND lease_owner = $2 AND set_config('synchronous_commit', 'off', true) = 'off'
-		RETURNING $3 = '' OR (SELECT waits FROM w)`, deliveryID, token, reason, at).Scan(&waits)
+		RETURNING $3 = '' OR (SELECT waits FROM w)`, deliveryID, token, reason, at, HoldFor).Scan(&waits)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return true, nil // the lease was not ours any more
 	}

@@ -29,12 +29,13 @@ func (db *DB) HoldBack(ctx context.Context, now time.Time, hs []Hold) error {
 		ids[i], reasons[i], untils[i] = h.DeliveryID, h.Reason, h.Until
 	}
 	_, err := db.pool.Exec(ctx, `UPDATE deliveries d SET waiting_reason = h.reason,
-			next_attempt_at = coalesce(h.until, d.next_attempt_at)
+			next_attempt_at = CASE WHEN h.until IS NULL THEN d.next_attempt_at
+				ELSE `+keepPlace("h.until", "d.next_attempt_at", "$5")+` END
 		FROM unnest($1::text[], $2::text[], $3::timestamptz[]) AS h(id, reason, until)
 		WHERE d.id = h.id AND d.status IN ('pending', 'retrying')
 			AND (d.lease_until IS NULL OR d.lease_until <= greatest($4, now()))
 			AND (h.until IS NULL OR d.next_attempt_at <= greatest($4, now()))
-			AND set_config('synchronous_commit', 'off', true) = 'off'`, ids, reasons, untils, now)
+			AND set_config('synchronous_commit', 'off', true) = 'off'`, ids, reasons, untils, now, HoldFor)
 	if err != nil {
 		return fmt.Errorf("hold back deliveries: %w", err)
 	}
@@ -42,16 +43,17 @@ func (db *DB) HoldBack(ctx context.Context, now time.Time, hs []Hold) error {
 }
 
 // WakeWaiting makes up to n deliveries of endpoint ep that its room held
-// back (endpoint_busy, rate_limit) due at now, the longest-waiting first,
-// and returns them: a slot of ep freed. Deliveries another caller is
+// back (endpoint_busy, rate_limit) due, the longest-waiting first, at the
+// instant each was held (keepPlace), and returns them: a slot of ep freed. Deliveries another caller is
 // waking are skipped, not waited for. Lost in a crash, a wake is a
 // delivery that waits on (the reconciler finds it: StrandedEndpoints).
 func (db *DB) WakeWaiting(ctx context.Context, ep string, n int, now time.Time) ([]string, error) {
-	rows, err := db.pool.Query(ctx, `UPDATE deliveries d SET next_attempt_at = $3, waiting_reason = NULL
+	rows, err := db.pool.Query(ctx, `UPDATE deliveries d SET next_attempt_at = least($3, d.next_attempt_at - $4::interval),
+			waiting_reason = NULL
 		FROM (SELECT id FROM deliveries WHERE endpoint_id = $1 AND waiting_reason IN ('endpoint_busy', 'rate_limit')
 			AND status IN ('pending', 'retrying') ORDER BY next_attempt_at LIMIT $2 FOR UPDATE SKIP LOCKED) w
 		WHERE d.id = w.id AND set_config('synchronous_commit', 'off', true) = 'off'
-		RETURNING d.id`, ep, n, now)
+		RETURNING d.id`, ep, n, now, HoldFor)
 	if err != nil {
 		return nil, fmt.Errorf("wake deliveries of %s: %w", ep, err)
 	}
@@ -117,6 +119,19 @@ func (db *DB) DueProbes(ctx context.Context, before time.Time) ([]DueProbe, erro
 // HoldFor is how far ahead a delivery held back for room at its endpoint
 // has its next_attempt_at: a last resort, should no freed slot wake it.
 const HoldFor = time.Hour
+
+// keepPlace is the SQL for the next_attempt_at of a delivery held back for
+// room (until: the hold's time, HoldFor ahead; next: the delivery's
+// next_attempt_at; holdFor: HoldFor as an interval) that keeps its place
+// among its endpoint's held deliveries, which wake in next_attempt_at
+// order. A wake makes a held delivery due at the instant it was held
+// (WakeWaiting), so one woken but held again — a new delivery took the
+// slot first — goes back to where it was, not behind every later hold;
+// one due a while ago waits at least half of HoldFor.
+func keepPlace(until, next, holdFor string) string {
+	return "least(" + until + "::timestamptz, greatest(" + next + ", " + until + "::timestamptz - 1.5 * " + holdFor + "::interval) + " +
+		holdFor + "::interval)"
+}
 
 // HeldEndpoints returns the endpoints with deliveries held back for room
 // (endpoint_busy, rate_limit) whose latest hold is older than settled:

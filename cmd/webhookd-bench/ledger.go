@@ -59,6 +59,9 @@ type deliveryStats struct {
 	Latencies   []float64 // accepted -> first receipt, ms, sorted
 	LastReceipt time.Time
 	First       time.Time // first POST
+	// LastAccepted is when the last 202 came: a backlog's latencies are
+	// the drain's time less how long it took to post it.
+	LastAccepted time.Time
 }
 
 // Stats compares the ledger with what r received.
@@ -67,6 +70,9 @@ func (l *ledger) Stats(r *receiver) deliveryStats {
 	defer l.mu.Unlock()
 	s := deliveryStats{First: l.first}
 	for _, e := range l.entries {
+		if e.accepted.After(s.LastAccepted) {
+			s.LastAccepted = e.accepted
+		}
 		for _, name := range e.endpoints {
 			s.Expected++
 			got, ok := r.Received(name, e.eventID)

@@ -1,0 +1,82 @@
+package storage_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/internal/testenv"
+	"github.com/webhookd/webhookd/storage"
+)
+
+// A delivery woken for a freed slot that loses the slot to a newer one and
+// is held again keeps its place: the next wake takes it, not the
+// deliveries held after it (the tail of a held backlog grew with every
+// such race when a hold went behind every other). A delivery's place is
+// the time it was due.
+func TestHeldDeliveryWokenAndHeldAgainKeepsItsPlace(t *testing.T) {
+	t.Parallel()
+	db := testenv.DB(t)
+	ctx := context.Background()
+	_, newDelivery := oneEndpoint(t, db)
+	t0 := time.Now().UTC().Truncate(time.Millisecond)
+	ids := []string{newDelivery(t0), newDelivery(t0.Add(time.Second)), newDelivery(t0.Add(2 * time.Second))}
+	var ep string
+	if err := db.Pool().QueryRow(ctx, `SELECT endpoint_id FROM deliveries WHERE id = $1`, ids[0]).Scan(&ep); err != nil {
+		t.Fatal(err)
+	}
+	hold := func(id string, at time.Time) {
+		t.Helper()
+		until := at.Add(storage.HoldFor)
+		if err := db.HoldBack(ctx, at, []storage.Hold{{DeliveryID: id, Reason: webhookd.WaitingEndpointBusy, Until: &until}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, id := range ids { // each held as it is made, a second apart: their places are the times they were due
+		hold(id, t0.Add(time.Duration(i)*time.Second+time.Millisecond))
+	}
+	wake := func(at time.Time) []string {
+		t.Helper()
+		woke, err := db.WakeWaiting(ctx, ep, 1, at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return woke
+	}
+	now := t0.Add(10 * time.Second)
+	if woke := wake(now); !slices.Equal(woke, ids[:1]) {
+		t.Fatalf("first wake: %v, want the first held %v", woke, ids[:1])
+	}
+	var next time.Time
+	if err := db.Pool().QueryRow(ctx, `SELECT next_attempt_at FROM deliveries WHERE id = $1`, ids[0]).Scan(&next); err != nil {
+		t.Fatal(err)
+	}
+	if next.After(now) {
+		t.Fatalf("woken delivery's next_attempt_at %v is after the wake %v: not due", next, now)
+	}
+	hold(ids[0], now.Add(time.Second)) // no room after all: held again
+	if woke := wake(now.Add(2 * time.Second)); !slices.Equal(woke, ids[:1]) {
+		t.Fatalf("wake after the second hold: %v, want %v again (it was held first)", woke, ids[:1])
+	}
+	hold(ids[0], now.Add(3*time.Second))
+	if err := db.Pool().QueryRow(ctx, `SELECT next_attempt_at FROM deliveries WHERE id = $1`, ids[0]).Scan(&next); err != nil {
+		t.Fatal(err)
+	}
+	if want := t0.Add(storage.HoldFor); !next.Equal(want) {
+		t.Fatalf("held again: next_attempt_at %v, want its first hold's %v", next, want)
+	}
+	// One due long ago waits at least half of HoldFor when held.
+	late := now.Add(2 * storage.HoldFor)
+	if woke := wake(late); !slices.Equal(woke, ids[:1]) {
+		t.Fatalf("wake: %v", woke)
+	}
+	hold(ids[0], late)
+	if err := db.Pool().QueryRow(ctx, `SELECT next_attempt_at FROM deliveries WHERE id = $1`, ids[0]).Scan(&next); err != nil {
+		t.Fatal(err)
+	}
+	if min := late.Add(storage.HoldFor / 2); next.Before(min) {
+		t.Fatalf("held long after its place: next_attempt_at %v, want at least %v", next, min)
+	}
+}
