@@ -15,7 +15,8 @@ import (
 // links point, which sites may frame it, and `webhookd portal-link`.
 
 // portalBaseURL is where portal links point: WEBHOOKD_PORTAL_BASE_URL, or
-// the dashboard's own address (a wildcard host read as localhost).
+// the dashboard's own address, a wildcard host (":8081", "0.0.0.0", "::")
+// read as 127.0.0.1, as the banner and the README write the local address.
 func (c Config) portalBaseURL() string {
 	if c.PortalBaseURL != "" {
 		return strings.TrimSuffix(c.PortalBaseURL, "/")
@@ -25,7 +26,7 @@ func (c Config) portalBaseURL() string {
 		return "http://" + c.DashboardAddr
 	}
 	if host == "" || host == "0.0.0.0" || host == "::" {
-		host = "localhost"
+		host = "127.0.0.1"
 	}
 	return "http://" + net.JoinHostPort(host, port)
 }
