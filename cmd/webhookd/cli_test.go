@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -193,3 +195,42 @@ func TestRedactURL(t *testing.T) {
 		}
 	}
 }
+
+// TestReadmeListsEveryCommand: the README's Commands table has a row for
+// every command webhookd help lists, and none for a command it lacks.
+func TestReadmeListsEveryCommand(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(readme), "\n## Commands\n")
+	section, _, _ = strings.Cut(section, "\n## ")
+	inReadme := map[string]bool{}
+	for _, line := range strings.Split(section, "\n") {
+		row, ok := strings.CutPrefix(line, "| `webhookd ")
+		if !ok {
+			continue
+		}
+		var name []string
+		for _, w := range strings.Fields(row) {
+			if !commandWord.MatchString(w) {
+				break
+			}
+			name = append(name, strings.TrimSuffix(w, "`"))
+		}
+		inReadme[strings.Join(name, " ")] = true
+	}
+	for _, c := range commands {
+		if !inReadme[c.name] {
+			t.Errorf("README.md's Commands table has no row for webhookd %s", c.name)
+		}
+		delete(inReadme, c.name)
+	}
+	for name := range inReadme {
+		t.Errorf("README.md's Commands table lists webhookd %s, which webhookd help does not", name)
+	}
+}
+
+// commandWord is a word of a command's name as the README writes it.
+var commandWord = regexp.MustCompile("^[a-z][a-z-]*`?$")
