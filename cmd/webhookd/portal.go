@@ -70,12 +70,12 @@ func portalLink(f *flagSet) action {
 		s := m.DB.Store()
 		p, err := s.ProjectByName(ctx, project)
 		if err != nil {
-			return refused("portal-link", err)
+			return refused(err)
 		}
 		now := time.Now()
 		token, err := s.CreatePortalLink(ctx, p.ID, now, now.Add(ttl))
 		if err != nil {
-			return fmt.Errorf("portal-link: %w", err)
+			return err
 		}
 		fmt.Fprintln(inv.stdout, inv.cfg.portalBaseURL()+api.PortalLinkPath(token))
 		return nil

@@ -12,10 +12,6 @@ import (
 	"github.com/webhookd/webhookd/client"
 )
 
-// errSendFailed says webhookd send tried and failed, and has already said
-// why on stderr; main exits 1 for it.
-var errSendFailed = errors.New("send failed")
-
 // stringList is a flag that may be given more than once.
 type stringList []string
 
@@ -23,10 +19,10 @@ func (l *stringList) String() string     { return strings.Join(*l, ",") }
 func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 
 // sendSetup is `webhookd send` (SPEC §7): it posts one event through the
-// Go client and prints the event id alone on stdout; a refused request
-// prints the API's error code and message on stderr and returns
-// errSendFailed (exit 1). A bad command line (no --type, --data that is
-// not JSON) is a usage error (exit 2).
+// Go client and prints the event id alone on stdout. A refused request,
+// or an API it could not reach, is a refusal (exit 1) with the API's error
+// code and message; a bad command line (no --type, --data that is not
+// JSON) is a usage error (exit 2).
 func sendSetup(f *flagSet) action {
 	var (
 		url        = "http://127.0.0.1:8080"
@@ -57,11 +53,11 @@ func sendSetup(f *flagSet) action {
 			return usage("--data: %v", err)
 		}
 		if key == "" {
-			return errors.New("send: no API key: set WEBHOOKD_API_KEY or --api-key")
+			return errors.New("no API key: set WEBHOOKD_API_KEY or --api-key")
 		}
 		c, err := client.New(url, key, client.WithUserAgent("webhookd-send"))
 		if err != nil {
-			return fmt.Errorf("send: %w", err)
+			return err
 		}
 		var opts []client.CallOption
 		if idemKey != "" {
@@ -78,11 +74,9 @@ func sendSetup(f *flagSet) action {
 			if apiErr.RequestID != "" {
 				msg += " [" + apiErr.RequestID + "]"
 			}
-			fmt.Fprintf(inv.stderr, "webhookd send: %s\n", msg)
-			return errSendFailed
+			return refusedError{errors.New(msg)}
 		case err != nil:
-			fmt.Fprintf(inv.stderr, "webhookd send: %v\n", err)
-			return errSendFailed
+			return refusedError{err}
 		}
 		fmt.Fprintln(inv.stdout, ev.ID)
 		return nil

@@ -56,7 +56,6 @@ func TestSendPrintsTheEventIDOrTheRefusal(t *testing.T) {
 	if code != 0 || again != first {
 		t.Fatalf("send with the same Idempotency-Key: exit %d, %q; want %q again", code, again, first)
 	}
-
 	// Refused requests: the API's code and message on stderr, exit 1.
 	for _, c := range []struct {
 		args []string
@@ -70,6 +69,7 @@ func TestSendPrintsTheEventIDOrTheRefusal(t *testing.T) {
 		if code != 1 || out != "" || !strings.Contains(errOut, c.want) {
 			t.Errorf("send %q: exit %d, stdout %q, stderr %q; want exit 1 and %q", c.args, code, out, errOut, c.want)
 		}
+		checkErrorForm(t, []string{"send"}, errOut)
 	}
 	// A bad command line is a usage error: exit 2, nothing sent.
 	for _, c := range []struct {
@@ -83,6 +83,7 @@ func TestSendPrintsTheEventIDOrTheRefusal(t *testing.T) {
 		if code != 2 || out != "" || !strings.Contains(errOut, c.want) {
 			t.Errorf("send %q: exit %d, stdout %q, stderr %q; want exit 2 and %q", c.args, code, out, errOut, c.want)
 		}
+		checkErrorForm(t, []string{"send"}, errOut)
 	}
 	var count int
 	if err := m.DB.Pool().QueryRow(t.Context(), "SELECT count(*) FROM events").Scan(&count); err != nil || count != 2 {
