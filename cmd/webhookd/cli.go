@@ -94,7 +94,8 @@ var commands = []*command{
 	{name: "send", args: "--type T --data JSON|@file.json|@- [--external-id X] [--endpoint ID]... [--idempotency-key K]",
 		summary: "post one event through the API (WEBHOOKD_API_URL, WEBHOOKD_API_KEY);\nprints the event id alone",
 		about: "A refused request prints the API's error code and message on stderr and exits 1; retries are safe:\n" +
-			"every try of one run sends the same Idempotency-Key.",
+			"every try of one run sends the same Idempotency-Key. An --external-id sent before is the same event:\n" +
+			"send prints that event's id, says on stderr that nothing new was sent, and exits 0.",
 		setup: sendSetup},
 }
 
