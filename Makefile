@@ -39,7 +39,7 @@ TEMPL_TOOL := github.com/a-h/templ/cmd/templ
 
 .DEFAULT_GOAL := build
 
-.PHONY: build run test test-sdks soak fuzz bench bench-go bench-smoke bench-tool bench-baseline generate check-generated vet fmt-check chaos chaos-smoke
+.PHONY: build run test test-sdks licences soak fuzz bench bench-go bench-smoke bench-tool bench-baseline generate check-generated vet fmt-check chaos chaos-smoke
 
 ## build: compile the webhookd binary into bin/
 build:
@@ -66,6 +66,12 @@ test-sdks:
 		echo "== sdks/node: npm test"; (cd sdks/node && npm test); \
 		echo "== sdks/python: python3 -m unittest"; (cd sdks/python && python3 -m unittest -v); \
 		echo "== sdks/php: phpunit"; (cd sdks/php && phpunit)'
+
+## licences: list the licence of every Go module the build, tests and tools
+## use and of every npm package the Node SDK is built with, and fail on one
+## not compatible with Apache-2.0 (internal/licences; make test runs it too)
+licences:
+	$(GO) test -count=1 -run '^TestDependencyLicences$$' -v ./internal/licences
 
 ## soak: the fault drills of cmd/webhookd again and again (SOAK_COUNT times,
 ## default 10; about 2 minutes a round, the rounds one after another)

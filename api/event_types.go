@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"net/http"
 
 	"github.com/webhookd/webhookd"
@@ -58,7 +59,11 @@ func checkEventType(t storage.EventType) error {
 		return webhookd.Invalid("schema", "must be a JSON Schema: an object or a boolean")
 	}
 	sch, err := compileSchema(t.Schema)
-	if err != nil {
+	var xe externalRefError
+	switch {
+	case errors.As(err, &xe):
+		return webhookd.Invalid("schema", "%v", xe)
+	case err != nil:
 		return webhookd.Invalid("schema", "is not a valid JSON Schema (2020-12): %v", err)
 	}
 	if t.Example != nil {

@@ -43,9 +43,8 @@ func TestEventTypeCatalog(t *testing.T) {
 	expectField(t, h.createEventType(`{"name":"a","schema":`+orderSchema+`,"example":{"amount":0}}`), 400, "example.amount")
 	expectField(t, h.createEventType(`{"name":"a","schema":`+orderSchema+`,"example":{"amount":1,"items":[{"sku":1}]}}`),
 		400, "example.items[0].sku")
-	// A $ref never reads a file or the network.
+	// A $ref never reads a file or the network (TestEventTypeSchemaRefs).
 	expectField(t, h.createEventType(`{"name":"a","schema":{"$ref":"file:///etc/passwd"}}`), 400, "schema")
-	expectField(t, h.createEventType(`{"name":"a","schema":{"$ref":"http://127.0.0.1:9/s.json"}}`), 400, "schema")
 
 	r := h.createEventType(`{"name":"order.paid","description":"An order was paid.","schema":` + orderSchema +
 		`,"example":{"amount":5},"validate":true}`)
@@ -178,4 +177,35 @@ func TestPortalSessionLinks(t *testing.T) {
 		WHERE position($1 in encode(token_hash, 'escape')) > 0`, token).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("token stored in clear: %d, %v", n, err)
 	}
+}
+
+// TestEventTypeSchemaRefs: a schema must be self-contained. A $ref that
+// points outside it (a relative one too, which used to resolve back to the
+// schema itself) is refused with a message that says so, not the JSON
+// Schema library's ("no URLLoader registered for ..."); references inside
+// it work.
+func TestEventTypeSchemaRefs(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	for schema, says := range map[string]string{
+		`{"$ref":"file:///etc/passwd"}`:                               `schema: external $ref "file:///etc/passwd" is not allowed; schemas must be self-contained`,
+		`{"$ref":"http://127.0.0.1:9/s.json"}`:                        `schema: external $ref "http://127.0.0.1:9/s.json" is not allowed; schemas must be self-contained`,
+		`{"properties":{"to":{"$ref":"address.json#/street"}}}`:       `schema: external $ref "address.json" is not allowed`,
+		`{"$id":"https://example.com/order.json","$ref":"item.json"}`: `schema: external $ref "https://example.com/item.json" is not allowed`,
+		`{"$schema":"https://example.com/my-meta"}`:                   `schema: $schema "https://example.com/my-meta" is not a JSON Schema draft`,
+	} {
+		r := h.createEventType(`{"name":"a","schema":` + schema + `}`)
+		expectField(t, r, 400, "schema")
+		msg, _ := r.json(t)["error"].(map[string]any)["message"].(string)
+		if !strings.HasPrefix(msg, says) || strings.Contains(msg, "URLLoader") {
+			t.Errorf("schema %s: message %q; want it to begin %q", schema, msg, says)
+		}
+	}
+	// References inside the schema still work, to a pointer or to a
+	// subschema's relative $id.
+	expectStatus(t, h.createEventType(`{"name":"ref.inside","schema":{"$defs":{"price":{"type":"integer"},`+
+		`"sku":{"$id":"sku.json","type":"string"}},"properties":{"amount":{"$ref":"#/$defs/price"},"sku":{"$ref":"sku.json"}}},`+
+		`"example":{"amount":5,"sku":"a"}}`), http.StatusCreated)
+	expectField(t, h.createEventType(`{"name":"ref.inside2","schema":{"$defs":{"sku":{"$id":"sku.json","type":"string"}},`+
+		`"properties":{"sku":{"$ref":"sku.json"}}},"example":{"sku":1}}`), 400, "example.sku")
 }

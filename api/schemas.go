@@ -19,11 +19,53 @@ import (
 	"github.com/webhookd/webhookd/storage"
 )
 
+// schemaBase is where a catalog schema is taken to live while it compiles:
+// a hierarchical URL, so that a relative $ref ("address.json") resolves to
+// a document of its own — refused, as nothing is loaded — rather than, as
+// against a URN, back to the schema itself. .invalid names no host (RFC
+// 2606), and nothing is fetched from it anyway.
+const schemaBase = "https://webhookd.invalid/"
+
+// externalRefError is a schema that refers to a document outside itself:
+// a $ref to a file or URL (or a relative one), or a $schema that is not a
+// draft the library knows.
+type externalRefError struct {
+	ref    string // as resolved, relative to schemaBase when it was relative
+	schema bool   // the top-level $schema, not a $ref
+}
+
+func (e externalRefError) Error() string {
+	if e.schema {
+		return fmt.Sprintf("$schema %q is not a JSON Schema draft webhookd knows (draft-04 to 2020-12); "+
+			"schemas must be self-contained", e.ref)
+	}
+	return fmt.Sprintf("external $ref %q is not allowed; schemas must be self-contained "+
+		"(a $ref may point only inside the schema, e.g. \"#/$defs/price\")", e.ref)
+}
+
 // compileSchema compiles a JSON Schema of the catalog (draft 2020-12 unless
 // it names another with $schema). It loads nothing from outside: a $ref
 // may point only inside the schema (or at a meta-schema), never at a file
-// or URL, so a schema cannot make the server read its disk or the network.
+// or URL, so a schema cannot make the server read its disk or the network;
+// one that tries is an externalRefError.
 func compileSchema(raw json.RawMessage) (*jsonschema.Schema, error) {
+	return compileSchemaAt(raw, schemaBase+"event-type.json")
+}
+
+// compileStoredSchema compiles a schema of the catalog as stored. One
+// stored before relative $refs were refused, whose relative $ref resolved
+// against a URN back to the schema itself, compiles as it did then.
+func compileStoredSchema(raw json.RawMessage) (*jsonschema.Schema, error) {
+	sch, err := compileSchema(raw)
+	if errors.As(err, new(externalRefError)) {
+		if old, oldErr := compileSchemaAt(raw, "urn:webhookd:event-type"); oldErr == nil {
+			return old, nil
+		}
+	}
+	return sch, err
+}
+
+func compileSchemaAt(raw json.RawMessage, loc string) (*jsonschema.Schema, error) {
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {
 		return nil, err
@@ -31,11 +73,16 @@ func compileSchema(raw json.RawMessage) (*jsonschema.Schema, error) {
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
 	c.UseLoader(jsonschema.SchemeURLLoader{}) // every scheme refused
-	const loc = "urn:webhookd:event-type"
 	if err := c.AddResource(loc, doc); err != nil {
 		return nil, err
 	}
-	return c.Compile(loc)
+	sch, err := c.Compile(loc)
+	var le *jsonschema.LoadURLError
+	if errors.As(err, &le) {
+		top, _ := doc.(map[string]any)
+		return nil, externalRefError{ref: strings.TrimPrefix(le.URL, schemaBase), schema: top["$schema"] == le.URL}
+	}
+	return sch, err
 }
 
 // validateData checks data against sch. A mismatch is validation_failed
@@ -194,7 +241,7 @@ func (s *Server) schemaOf(ctx context.Context, projectID, name string, version i
 		s.schemas.forget(projectID)
 		return nil, nil
 	}
-	if sch, err = compileSchema(t.Schema); err != nil { // it compiled when stored
+	if sch, err = compileStoredSchema(t.Schema); err != nil { // it compiled when stored
 		return nil, fmt.Errorf("event type %s: schema: %w", name, err)
 	}
 	c.mu.Lock()

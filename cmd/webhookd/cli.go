@@ -94,7 +94,8 @@ var commands = []*command{
 	{name: "send", args: "--type T --data JSON|@file.json|@- [--external-id X] [--endpoint ID]... [--idempotency-key K]",
 		summary: "post one event through the API (WEBHOOKD_API_URL, WEBHOOKD_API_KEY);\nprints the event id alone",
 		about: "A refused request prints the API's error code and message on stderr and exits 1; retries are safe:\n" +
-			"every try of one run sends the same Idempotency-Key.",
+			"every try of one run sends the same Idempotency-Key. An --external-id sent before is the same event:\n" +
+			"send prints that event's id, says on stderr that nothing new was sent, and exits 0.",
 		setup: sendSetup},
 }
 
@@ -118,6 +119,16 @@ func group(name string) []*command {
 	}
 	return out
 }
+
+// commandError is what went wrong in one command: report prints it
+// "webhookd: <command>: <what>", the one form of every error.
+type commandError struct {
+	cmd string
+	err error
+}
+
+func (e commandError) Error() string { return e.cmd + ": " + e.err.Error() }
+func (e commandError) Unwrap() error { return e.err }
 
 // usageError is a command line that cannot run as given: main prints it
 // with where to find the command's usage, and exits 2.
@@ -143,30 +154,37 @@ func exitCode(err error) int {
 	switch {
 	case err == nil:
 		return 0
-	case errors.Is(err, errSendFailed), errors.As(err, new(refusedError)):
+	case errors.As(err, new(refusedError)):
 		return 1
 	default:
 		return 2
 	}
 }
 
-// report prints err on stderr, once.
+// report prints err on stderr, once, in one form for every command:
+// "webhookd: <command>: <what>" (or "webhookd: <what>" when no command was
+// found), and for a usage error where to find the usage.
 func report(err error, stderr io.Writer) {
+	if err == nil {
+		return
+	}
+	fmt.Fprintf(stderr, "webhookd: %v\n", err)
+	prefix := "webhookd: "
+	var ce commandError
+	if errors.As(err, &ce) {
+		prefix += ce.cmd + ": "
+	}
 	var ue usageError
-	switch {
-	case err == nil, errors.Is(err, errSendFailed): // send said why already
-	case errors.As(err, &ue):
-		name, help := "webhookd", "webhookd help"
+	if errors.As(err, &ue) {
+		help := "webhookd help"
 		if ue.cmd != "" {
-			name, help = "webhookd "+ue.cmd, "webhookd "+ue.cmd+" -h"
+			help = "webhookd " + ue.cmd + " -h"
 		}
-		fmt.Fprintf(stderr, "%s: %v\nRun `%s` for usage.\n", name, ue.err, help)
-	default:
-		fmt.Fprintln(stderr, "webhookd:", err)
-		var pe *pgconn.PgError
-		if errors.As(err, &pe) && pe.Code == "42P01" { // undefined_table
-			fmt.Fprintln(stderr, "webhookd: the database has no webhookd tables yet: run `webhookd migrate` first")
-		}
+		fmt.Fprintf(stderr, "Run `%s` for usage.\n", help)
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42P01" { // undefined_table
+		fmt.Fprintln(stderr, prefix+"the database has no webhookd tables yet: run `webhookd migrate` first")
 	}
 }
 
@@ -199,7 +217,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			printGroup(stdout, name, sub)
 			return nil
 		case len(rest) == 0 || findCommand(name+" "+rest[0]) == nil:
-			return usageError{cmd: name, err: errors.New(groupSynopsis(sub))}
+			return commandError{name, usageError{cmd: name, err: errors.New(groupSynopsis(sub))}}
 		}
 		name, rest = name+" "+rest[0], rest[1:]
 	}
@@ -207,7 +225,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if c == nil {
 		return usageError{err: fmt.Errorf("unknown command %q", name)}
 	}
-	return c.exec(ctx, rest, getenv, stdout, stderr)
+	if err := c.exec(ctx, rest, getenv, stdout, stderr); err != nil {
+		return commandError{c.name, err}
+	}
+	return nil
 }
 
 // help prints the usage of webhookd, or of the command named by args.

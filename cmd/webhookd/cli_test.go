@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -133,17 +135,22 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		{[]string{"help", "frobnicate"}, nil, `unknown command "frobnicate"`},
 		{[]string{"keys"}, nil, "usage: webhookd keys create"},
 		{[]string{"secrets", "rotate"}, nil, "usage: webhookd secrets reseal"},
-		{[]string{"serve", "--nope"}, nil, "flag provided but not defined: -nope"},
-		{[]string{"keys", "list", "--worker-concurrency", "3"}, nil, "flag provided but not defined: -worker-concurrency"},
-		{[]string{"all", "--project", "x"}, nil, "flag provided but not defined: -project"},
-		{[]string{"send", "--nope"}, nil, "flag provided but not defined: -nope"},
+		{[]string{"serve", "--nope"}, nil, "unknown flag --nope\n"},
+		{[]string{"serve", "-nope"}, nil, "unknown flag -nope\n"},
+		{[]string{"keys", "list", "--worker-concurrency", "3"}, nil, "unknown flag --worker-concurrency\n"},
+		{[]string{"all", "--project=x"}, nil, "unknown flag --project\n"},
+		{[]string{"send", "--typo"}, nil, "unknown flag --typo\n"},
+		{[]string{"send", "--type"}, nil, "--type needs a value"},
+		{[]string{"send", "---type", "a"}, nil, "bad flag syntax: ---type"},
+		{[]string{"serve", "--allow-private-networks=yes"}, nil, `--allow-private-networks: "yes" is not true or false`},
+		{[]string{"worker", "-connect-timeout", "soon"}, nil, `-connect-timeout: "soon" is not a duration`},
 		{[]string{"send", "--data", "1"}, nil, "--type is required"},
 		{[]string{"send", "--type", "a"}, nil, "--data is required"},
 		{[]string{"send", "--type", "a", "--data", "{not json"}, nil, "--data: not valid JSON"},
 		{[]string{"send", "--type", "a", "--data", "1", "extra"}, nil, `unexpected argument "extra"`},
 		{[]string{"keys", "create"}, nil, "--project is required"},
 		{[]string{"keys", "create", "--project", "a", "--idempotency-ttl", "73h"}, nil, "--idempotency-ttl: must be between"},
-		{[]string{"keys", "create", "--project", "a", "--rate-limit", "many"}, nil, `invalid value "many" for flag -rate-limit`},
+		{[]string{"keys", "create", "--project", "a", "--rate-limit", "many"}, nil, `--rate-limit: "many" is not a whole number`},
 		{[]string{"keys", "revoke"}, nil, "want KEY_PREFIX"},
 		{[]string{"migrate", "now"}, nil, `unexpected argument "now"`},
 		{[]string{"serve"}, map[string]string{"WEBHOOKD_CONNECT_TIMEOUT": "soon"}, `WEBHOOKD_CONNECT_TIMEOUT: "soon" is not a duration`},
@@ -172,6 +179,36 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 			t.Errorf("webhookd %s: exit %d, stdout %q, stderr %q; want exit 2 and %q once on stderr",
 				strings.Join(c.args, " "), code, out, errOut, says)
 		}
+		checkErrorForm(t, c.args, errOut)
+	}
+}
+
+// checkErrorForm: every error is written in one form, "webhookd: <command>:
+// <what>" (only "webhookd: <what>" when no command was found), whatever
+// kind it is: a usage error, a refusal, a bad variable, a database down.
+func checkErrorForm(t *testing.T, args []string, stderr string) {
+	t.Helper()
+	if len(args) == 0 { // webhookd alone prints its usage, then the error
+		_, stderr, _ = strings.Cut(stderr, "\nwebhookd: ")
+		stderr = "webhookd: " + stderr
+	}
+	prefix := "webhookd: "
+	switch {
+	case len(args) == 0:
+	case args[0] == "help":
+		prefix += "help: "
+	case len(args) > 1 && findCommand(args[0]+" "+args[1]) != nil:
+		prefix += args[0] + " " + args[1] + ": "
+	case findCommand(args[0]) != nil || group(args[0]) != nil:
+		prefix += args[0] + ": "
+	}
+	if !strings.HasPrefix(stderr, prefix) {
+		t.Errorf("webhookd %s: stderr %q; want it to begin %q", strings.Join(args, " "), stderr, prefix)
+	}
+	for _, line := range strings.Split(stderr, "\n") {
+		if strings.HasPrefix(line, "webhookd ") {
+			t.Errorf("webhookd %s: stderr line %q is not in the form webhookd: <command>: ...", strings.Join(args, " "), line)
+		}
 	}
 }
 
@@ -193,3 +230,42 @@ func TestRedactURL(t *testing.T) {
 		}
 	}
 }
+
+// TestReadmeListsEveryCommand: the README's Commands table has a row for
+// every command webhookd help lists, and none for a command it lacks.
+func TestReadmeListsEveryCommand(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(readme), "\n## Commands\n")
+	section, _, _ = strings.Cut(section, "\n## ")
+	inReadme := map[string]bool{}
+	for _, line := range strings.Split(section, "\n") {
+		row, ok := strings.CutPrefix(line, "| `webhookd ")
+		if !ok {
+			continue
+		}
+		var name []string
+		for _, w := range strings.Fields(row) {
+			if !commandWord.MatchString(w) {
+				break
+			}
+			name = append(name, strings.TrimSuffix(w, "`"))
+		}
+		inReadme[strings.Join(name, " ")] = true
+	}
+	for _, c := range commands {
+		if !inReadme[c.name] {
+			t.Errorf("README.md's Commands table has no row for webhookd %s", c.name)
+		}
+		delete(inReadme, c.name)
+	}
+	for name := range inReadme {
+		t.Errorf("README.md's Commands table lists webhookd %s, which webhookd help does not", name)
+	}
+}
+
+// commandWord is a word of a command's name as the README writes it.
+var commandWord = regexp.MustCompile("^[a-z][a-z-]*`?$")

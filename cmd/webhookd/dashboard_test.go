@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -449,6 +450,33 @@ func TestDashboardInBrowser(t *testing.T) {
 			t.Fatal(err)
 		}
 		screenshot(t, ctx, "endpoints")
+		// The max field shows 1000, the highest max, whole; the Edit link
+		// stands on the buttons' baseline (a zero-height inline-block sits
+		// on the baseline of the text it is put in).
+		layout, err := chromedp.Run(ctx, chromedp.Evaluate[map[string]float64](`(() => {
+			const row = document.querySelector(`+strconv.Quote(row)+`);
+			const max = row.querySelector("input[name=max_in_flight]");
+			max.value = "1000";
+			const baseline = (el) => {
+				const m = document.createElement("span");
+				m.style.cssText = "display:inline-block;width:0;height:0;vertical-align:baseline";
+				el.appendChild(m);
+				const y = m.getBoundingClientRect().top;
+				m.remove();
+				return y;
+			};
+			return {overflow: max.scrollWidth - max.clientWidth,
+				edit: baseline(row.querySelector("a.edit")), button: baseline(row.querySelector("button.disable"))};
+		})()`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if layout["overflow"] > 0 {
+			t.Errorf("the max field is %.0fpx too narrow for 1000", layout["overflow"])
+		}
+		if d := layout["edit"] - layout["button"]; d > 1 || d < -1 {
+			t.Errorf("the Edit link's baseline is %.1fpx off the buttons'", d)
+		}
 		before := len(rc.requestIDs("/ok"))
 		resp, err := chromedp.RunResponse(ctx, chromedp.Click(chromedp.CSS(row+" .send-test")))
 		if err != nil {

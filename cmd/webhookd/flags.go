@@ -62,8 +62,16 @@ func (f *flagSet) define(name, env string, s secrecy) {
 	}
 	value := f.fs.Lookup(name).Value
 	if err := value.Set(v); err != nil {
-		want := "value"
-		switch value.(flag.Getter).Get().(type) {
+		f.errs = append(f.errs, badValue(env, v, value, s))
+	}
+}
+
+// badValue says that v, given as what (a variable, or a flag as typed), is
+// not what value takes; a secret's v is not repeated.
+func badValue(what, v string, value flag.Value, s secrecy) error {
+	want := "a valid value"
+	if g, ok := value.(flag.Getter); ok {
+		switch g.Get().(type) {
 		case int, int64:
 			want = "a whole number"
 		case time.Duration:
@@ -71,12 +79,11 @@ func (f *flagSet) define(name, env string, s secrecy) {
 		case bool:
 			want = "true or false"
 		}
-		if s == plain {
-			f.errs = append(f.errs, fmt.Errorf("%s: %q is not %s", env, v, want))
-		} else {
-			f.errs = append(f.errs, fmt.Errorf("%s: not %s", env, want))
-		}
 	}
+	if s == plain {
+		return fmt.Errorf("%s: %q is not %s", what, v, want)
+	}
+	return fmt.Errorf("%s: not %s", what, want)
 }
 
 // String, Int, Int64, Duration, Bool and Var define flags as the flag
@@ -114,19 +121,54 @@ func (f *flagSet) Var(v flag.Value, name, usage string) {
 }
 
 // parse parses the command line; flags may come before and after the
-// positional arguments, which it returns. An error is flag.ErrHelp for
-// -h, -help or --help, or says what is wrong with a flag.
+// positional arguments, which it returns ("--" ends the flags). A flag is
+// -name or --name, its value the next argument or after "=" (a true or
+// false flag takes only "="). An error is flag.ErrHelp for -h, -help or
+// --help, or says what is wrong with a flag, naming it as it was typed: the
+// flag package's own messages would write --typo as -typo.
 func (f *flagSet) parse(args []string) ([]string, error) {
 	var positional []string
-	for {
-		if err := f.fs.Parse(args); err != nil {
-			return nil, err
+	for len(args) > 0 {
+		arg := args[0]
+		args = args[1:]
+		switch {
+		case arg == "--":
+			return append(positional, args...), nil
+		case len(arg) < 2 || arg[0] != '-':
+			positional = append(positional, arg)
+			continue
 		}
-		if f.fs.NArg() == 0 {
-			return positional, nil
+		dashes := "-"
+		if strings.HasPrefix(arg, "--") {
+			dashes = "--"
 		}
-		positional, args = append(positional, f.fs.Arg(0)), f.fs.Args()[1:]
+		name, value, hasValue := strings.Cut(arg[len(dashes):], "=")
+		typed := dashes + name
+		if name == "" || name[0] == '-' {
+			return nil, fmt.Errorf("bad flag syntax: %s", arg)
+		}
+		fl := f.fs.Lookup(name)
+		if fl == nil {
+			if name == "h" || name == "help" {
+				return nil, flag.ErrHelp
+			}
+			return nil, fmt.Errorf("unknown flag %s", typed)
+		}
+		if b, ok := fl.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+			if !hasValue {
+				value = "true"
+			}
+		} else if !hasValue {
+			if len(args) == 0 {
+				return nil, fmt.Errorf("%s needs a value", typed)
+			}
+			value, args = args[0], args[1:]
+		}
+		if err := f.fs.Set(name, value); err != nil {
+			return nil, badValue(typed, value, fl.Value, f.env[name].secrecy)
+		}
 	}
+	return positional, nil
 }
 
 // envErr reports the environment values that could not be used.

@@ -61,7 +61,7 @@ func keysList(f *flagSet) action {
 		}
 		keys, err := m.DB.Store().ListAPIKeys(ctx, project)
 		if err != nil {
-			return refused("keys list", err)
+			return refused(err)
 		}
 		tw := tabwriter.NewWriter(inv.stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "ID\tPREFIX\tCREATED\tREVOKED")
@@ -87,7 +87,7 @@ func keysRevoke(*flagSet) action {
 		}
 		k, already, err := m.DB.Store().RevokeAPIKey(ctx, inv.args[0], time.Now())
 		if err != nil {
-			return refused("keys revoke", err)
+			return refused(err)
 		}
 		if already {
 			fmt.Fprintf(inv.stdout, "%s (%s, project %s) was already revoked at %s\n", k.ID, k.Prefix, k.Project,
@@ -101,7 +101,7 @@ func keysRevoke(*flagSet) action {
 			actx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			defer cancel()
 			if err := api.PublishKeyRevoked(actx, m.Redis, k.Prefix); err != nil {
-				fmt.Fprintf(inv.stderr, "webhookd: could not announce the revocation through Redis (%v); "+
+				fmt.Fprintf(inv.stderr, "webhookd: keys revoke: could not announce the revocation through Redis (%v); "+
 					"API processes stop accepting the key within a second\n", err)
 			}
 		}
@@ -117,15 +117,16 @@ func flagUsage(cmd string, err error) error {
 		return usageError{cmd: cmd, err: fmt.Errorf("--%s: %s", strings.ReplaceAll(ae.Field, "_", "-"),
 			strings.TrimPrefix(ae.Message, ae.Field+": "))}
 	}
-	return fmt.Errorf("%s: %w", cmd, err)
+	return err
 }
 
 // refused makes an application error (not_found, validation_failed) a
-// refusal; other errors (PostgreSQL unreachable) stay as they are.
-func refused(cmd string, err error) error {
+// refusal that says only its message; other errors (PostgreSQL
+// unreachable) stay as they are.
+func refused(err error) error {
 	var ae *webhookd.Error
 	if errors.As(err, &ae) {
-		return refusedError{fmt.Errorf("%s: %s", cmd, ae.Message)}
+		return refusedError{errors.New(ae.Message)}
 	}
-	return fmt.Errorf("%s: %w", cmd, err)
+	return err
 }

@@ -149,6 +149,7 @@ func TestKeysListAndRevoke(t *testing.T) {
 		if code != tc.code || out != "" || !strings.Contains(errOut, tc.says) {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit %d saying %q", tc.args, code, out, errOut, tc.code, tc.says)
 		}
+		checkErrorForm(t, tc.args, errOut)
 	}
 	if status(second) != 200 {
 		t.Fatal("a refused revoke changed something")

@@ -15,7 +15,8 @@ import (
 // links point, which sites may frame it, and `webhookd portal-link`.
 
 // portalBaseURL is where portal links point: WEBHOOKD_PORTAL_BASE_URL, or
-// the dashboard's own address (a wildcard host read as localhost).
+// the dashboard's own address, a wildcard host (":8081", "0.0.0.0", "::")
+// read as 127.0.0.1, as the banner and the README write the local address.
 func (c Config) portalBaseURL() string {
 	if c.PortalBaseURL != "" {
 		return strings.TrimSuffix(c.PortalBaseURL, "/")
@@ -25,7 +26,7 @@ func (c Config) portalBaseURL() string {
 		return "http://" + c.DashboardAddr
 	}
 	if host == "" || host == "0.0.0.0" || host == "::" {
-		host = "localhost"
+		host = "127.0.0.1"
 	}
 	return "http://" + net.JoinHostPort(host, port)
 }
@@ -69,12 +70,12 @@ func portalLink(f *flagSet) action {
 		s := m.DB.Store()
 		p, err := s.ProjectByName(ctx, project)
 		if err != nil {
-			return refused("portal-link", err)
+			return refused(err)
 		}
 		now := time.Now()
 		token, err := s.CreatePortalLink(ctx, p.ID, now, now.Add(ttl))
 		if err != nil {
-			return fmt.Errorf("portal-link: %w", err)
+			return err
 		}
 		fmt.Fprintln(inv.stdout, inv.cfg.portalBaseURL()+api.PortalLinkPath(token))
 		return nil

@@ -11,7 +11,7 @@ import (
 // rewritten so that it is.
 func runSecretsReseal(ctx context.Context, inv *invocation) error {
 	if inv.cfg.EncryptionKey == "" {
-		return errors.New("secrets reseal: set WEBHOOKD_ENCRYPTION_KEY to the key to encrypt with")
+		return errors.New("set WEBHOOKD_ENCRYPTION_KEY to the key to encrypt with")
 	}
 	m := newMain(inv)
 	defer m.Close()
@@ -20,7 +20,7 @@ func runSecretsReseal(ctx context.Context, inv *invocation) error {
 	}
 	n, err := m.DB.ResealSecrets(ctx, 500)
 	if err != nil {
-		return fmt.Errorf("secrets reseal: %w", err)
+		return err
 	}
 	fmt.Fprintf(inv.stdout, "resealed %d endpoints and %d stored responses\n", n.Endpoints, n.IdempotencyRecords)
 	return nil

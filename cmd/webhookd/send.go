@@ -12,10 +12,6 @@ import (
 	"github.com/webhookd/webhookd/client"
 )
 
-// errSendFailed says webhookd send tried and failed, and has already said
-// why on stderr; main exits 1 for it.
-var errSendFailed = errors.New("send failed")
-
 // stringList is a flag that may be given more than once.
 type stringList []string
 
@@ -23,10 +19,13 @@ func (l *stringList) String() string     { return strings.Join(*l, ",") }
 func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 
 // sendSetup is `webhookd send` (SPEC §7): it posts one event through the
-// Go client and prints the event id alone on stdout; a refused request
-// prints the API's error code and message on stderr and returns
-// errSendFailed (exit 1). A bad command line (no --type, --data that is
-// not JSON) is a usage error (exit 2).
+// Go client and prints the event id alone on stdout. An --external-id sent
+// before is the same event: send prints that event's id (the API names it
+// in external_id_taken) and says on stderr that nothing new was sent, exit
+// 0, so a script may run it again. A refused request, or an API it could
+// not reach, is a refusal (exit 1) with the API's error code and message; a
+// bad command line (no --type, --data that is not JSON) is a usage error
+// (exit 2).
 func sendSetup(f *flagSet) action {
 	var (
 		url        = "http://127.0.0.1:8080"
@@ -57,11 +56,11 @@ func sendSetup(f *flagSet) action {
 			return usage("--data: %v", err)
 		}
 		if key == "" {
-			return errors.New("send: no API key: set WEBHOOKD_API_KEY or --api-key")
+			return errors.New("no API key: set WEBHOOKD_API_KEY or --api-key")
 		}
 		c, err := client.New(url, key, client.WithUserAgent("webhookd-send"))
 		if err != nil {
-			return fmt.Errorf("send: %w", err)
+			return err
 		}
 		var opts []client.CallOption
 		if idemKey != "" {
@@ -70,19 +69,19 @@ func sendSetup(f *flagSet) action {
 		ev, err := c.SendEvent(ctx, client.NewEvent{Type: typ, Data: raw, ExternalID: externalID, EndpointIDs: endpoints}, opts...)
 		var apiErr *client.Error
 		switch {
+		case errors.Is(err, client.ErrExternalIDTaken) && errors.As(err, &apiErr) && apiErr.ExistingID != "":
+			fmt.Fprintf(inv.stderr, "webhookd: send: external id %q was sent before, as %s; nothing new was sent\n",
+				externalID, apiErr.ExistingID)
+			fmt.Fprintln(inv.stdout, apiErr.ExistingID)
+			return nil
 		case errors.As(err, &apiErr):
 			msg := apiErr.Code + ": " + apiErr.Message
-			if apiErr.ExistingID != "" {
-				msg += " (existing event " + apiErr.ExistingID + ")"
-			}
 			if apiErr.RequestID != "" {
 				msg += " [" + apiErr.RequestID + "]"
 			}
-			fmt.Fprintf(inv.stderr, "webhookd send: %s\n", msg)
-			return errSendFailed
+			return refusedError{errors.New(msg)}
 		case err != nil:
-			fmt.Fprintf(inv.stderr, "webhookd send: %v\n", err)
-			return errSendFailed
+			return refusedError{err}
 		}
 		fmt.Fprintln(inv.stdout, ev.ID)
 		return nil

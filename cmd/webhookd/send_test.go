@@ -56,6 +56,14 @@ func TestSendPrintsTheEventIDOrTheRefusal(t *testing.T) {
 	if code != 0 || again != first {
 		t.Fatalf("send with the same Idempotency-Key: exit %d, %q; want %q again", code, again, first)
 	}
+	// The same --external-id again, under a new Idempotency-Key (a script
+	// run again): the API answers external_id_taken naming the event that
+	// holds it, which is the one this names, so send prints its id and
+	// succeeds, saying on stderr that nothing new was sent.
+	rerun, errOut, code := sendProcess(t, env, "--type", "order.paid", "--data", "@"+file, "--external-id", "order-7")
+	if code != 0 || rerun != first || !strings.Contains(errOut, "webhookd: send: external id \"order-7\" was sent before") {
+		t.Fatalf("send --external-id again: exit %d, stdout %q, stderr %q; want %q, exit 0 and a note", code, rerun, errOut, first)
+	}
 
 	// Refused requests: the API's code and message on stderr, exit 1.
 	for _, c := range []struct {
@@ -63,13 +71,13 @@ func TestSendPrintsTheEventIDOrTheRefusal(t *testing.T) {
 		want string
 	}{
 		{[]string{"--type", "bad type!", "--data", "1"}, "validation_failed: type: must be"},
-		{[]string{"--type", "order.paid", "--data", "1", "--external-id", "order-7"}, "external_id_taken: "},
 		{[]string{"--type", "a", "--data", "1", "--api-key", "whk_wrong"}, "unauthorized: "},
 	} {
 		out, errOut, code := sendProcess(t, env, c.args...)
 		if code != 1 || out != "" || !strings.Contains(errOut, c.want) {
 			t.Errorf("send %q: exit %d, stdout %q, stderr %q; want exit 1 and %q", c.args, code, out, errOut, c.want)
 		}
+		checkErrorForm(t, []string{"send"}, errOut)
 	}
 	// A bad command line is a usage error: exit 2, nothing sent.
 	for _, c := range []struct {
@@ -83,6 +91,7 @@ func TestSendPrintsTheEventIDOrTheRefusal(t *testing.T) {
 		if code != 2 || out != "" || !strings.Contains(errOut, c.want) {
 			t.Errorf("send %q: exit %d, stdout %q, stderr %q; want exit 2 and %q", c.args, code, out, errOut, c.want)
 		}
+		checkErrorForm(t, []string{"send"}, errOut)
 	}
 	var count int
 	if err := m.DB.Pool().QueryRow(t.Context(), "SELECT count(*) FROM events").Scan(&count); err != nil || count != 2 {

@@ -1,16 +1,17 @@
 <?php
-// PSR-4 autoloading without Composer (the tests run on Debian's phpunit):
-// Webhookd\X is src/X.php, Webhookd\Tests\X is tests/X.php.
+// The tests load the SDK through the autoloader it ships (autoload.php, for
+// use without Composer: they run on Debian's phpunit), and their own classes,
+// Webhookd\Tests\X, from tests/X.php.
 declare(strict_types=1);
 
+require __DIR__ . '/../autoload.php';
+
 spl_autoload_register(static function (string $class): void {
-    foreach (['Webhookd\\Tests\\' => __DIR__ . '/', 'Webhookd\\' => __DIR__ . '/../src/'] as $prefix => $dir) {
-        if (str_starts_with($class, $prefix)) {
-            $file = $dir . str_replace('\\', '/', substr($class, strlen($prefix))) . '.php';
-            if (is_file($file)) {
-                require $file;
-            }
-            return;
+    $prefix = 'Webhookd\\Tests\\';
+    if (str_starts_with($class, $prefix)) {
+        $file = __DIR__ . '/' . str_replace('\\', '/', substr($class, strlen($prefix))) . '.php';
+        if (is_file($file)) {
+            require $file;
         }
     }
 });
