@@ -13,7 +13,7 @@ import (
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/webhookd/webhookd/client"
-	"github.com/webhookd/webhookd/dispatcher"
+	"github.com/webhookd/webhookd/wire"
 )
 
 // The examples run against a webhookd API that TestMain starts; apiURL
@@ -136,7 +136,7 @@ func Example_verifyDelivery() {
 	// What webhookd sends (here signed by hand, as a worker would).
 	body := []byte(`{"id":"evt_01JDEMO","type":"invoice.paid","timestamp":"2026-01-02T15:04:05Z","data":{}}`)
 	now := time.Now()
-	sig, err := dispatcher.SignatureHeader([]string{secret}, "evt_01JDEMO", now, body)
+	sig, err := wire.SignatureHeader([]string{secret}, "evt_01JDEMO", now, body)
 	if err != nil {
 		log.Fatal(err)
 	}

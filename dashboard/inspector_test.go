@@ -15,6 +15,7 @@ import (
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/dispatcher"
 	"github.com/webhookd/webhookd/storage"
+	"github.com/webhookd/webhookd/wire"
 )
 
 // headerOf returns the value of header name in a captured request's table.
@@ -188,7 +189,7 @@ func TestSignatureMatchesWhatTheDispatcherSigns(t *testing.T) {
 	cur, prev := "whsec_Y3VycmVudC1zZWNyZXQ=", "whsec_cHJldmlvdXMtc2VjcmV0"
 	ts := time.Unix(1700000000, 0)
 	body := []byte(`{"id":"evt_1"}`)
-	both, err := dispatcher.SignatureHeader([]string{cur, prev}, "evt_1", ts, body)
+	both, err := wire.SignatureHeader([]string{cur, prev}, "evt_1", ts, body)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/webhookd/webhookd/dispatcher"
 	"github.com/webhookd/webhookd/internal/testenv"
 	"github.com/webhookd/webhookd/storage"
+	"github.com/webhookd/webhookd/wire"
 )
 
 // These benchmarks run against the local PostgreSQL and Redis (testenv), on
@@ -213,7 +214,7 @@ func newBenchDelivery(b *testing.B) *benchDelivery {
 	w, err := dispatcher.NewWorker(dispatcher.Config{
 		DB:       db,
 		Redis:    rdb,
-		HTTP:     dispatcher.HTTPConfig{AllowPrivateNetworks: true}, // the default concurrency and per-endpoint cap
+		HTTP:     wire.HTTPConfig{AllowPrivateNetworks: true}, // the default concurrency and per-endpoint cap
 		Schedule: dispatcher.Schedule{time.Second},
 		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})

@@ -1,27 +1,18 @@
 package dispatcher
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net/http"
-	"strconv"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/go-redis/redis_rate/v10"
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/storage"
+	"github.com/webhookd/webhookd/wire"
 )
-
-// maxResponseBody is how much of a response body an attempt keeps.
-const maxResponseBody = 8 << 10
 
 // Deliverer makes attempts: the one code path for first attempts, retries,
 // test events, manual redeliveries and replays.
@@ -34,15 +25,13 @@ const maxResponseBody = 8 << 10
 // are in flight.
 type Deliverer struct {
 	db       *storage.DB
-	client   *http.Client
+	sender   wire.Sender
 	schedule Schedule
 	clock    webhookd.Clock
 	log      *slog.Logger
 	limiter  *redis_rate.Limiter // per-endpoint rate_limit_per_second
 	prefix   string
 	metrics  *metrics
-	// bodyTimeout bounds reading the response body after its headers.
-	bodyTimeout time.Duration
 	// attemptTimeout bounds one request, every phase of it; lease is how
 	// long a claim holds a delivery, above attemptTimeout.
 	attemptTimeout time.Duration
@@ -537,108 +526,23 @@ func (d *Deliverer) allowed(ctx context.Context, ep string, perSecond int) (time
 }
 
 // request signs and sends one request and describes it as an attempt.
-func (d *Deliverer) request(ctx context.Context, l *storage.Lease, trigger string) (webhookd.Attempt, Response) {
-	ev, ep := l.Event, l.Endpoint
+func (d *Deliverer) request(ctx context.Context, l *storage.Lease, trigger string) (webhookd.Attempt, wire.Response) {
+	ep := l.Endpoint
 	a := webhookd.Attempt{DeliveryID: l.Delivery.ID, Number: l.Delivery.AttemptsCount + 1, RequestID: l.Token,
-		URL: ep.URL, Trigger: trigger, StartedAt: d.clock.Now(), RequestHeaders: map[string]string{}, ResponseHeaders: map[string]string{}}
+		URL: ep.URL, Trigger: trigger, StartedAt: d.clock.Now()}
 	if l.SecretErr != nil {
 		// Nothing can be signed: the attempt fails unsent, and the delivery
 		// follows its schedule as after any failure, to a dead letter if
 		// the key does not come back.
 		d.log.Warn("attempt not sent: its endpoint's secret cannot be decrypted", "delivery_id", l.Delivery.ID,
 			"endpoint_id", l.Delivery.EndpointID, "err", l.SecretErr)
-		return d.failed(a, l.SecretErr)
-	}
-	body, err := json.Marshal(struct {
-		ID        string          `json:"id"`
-		Type      string          `json:"type"`
-		Timestamp string          `json:"timestamp"`
-		Data      json.RawMessage `json:"data"`
-	}{ev.ID, ev.Type, ev.CreatedAt.UTC().Format(time.RFC3339Nano), ev.Data})
-	if err != nil {
-		return d.failed(a, err)
+		return wire.Failed(a, l.SecretErr)
 	}
 	secrets := []string{ep.Secret}
 	if ep.PreviousSecret != nil && ep.PreviousExpiresAt != nil && ep.PreviousExpiresAt.After(a.StartedAt) {
 		secrets = append(secrets, *ep.PreviousSecret)
 	}
-	sig, err := SignatureHeader(secrets, ev.ID, a.StartedAt, body)
-	if err != nil {
-		return d.failed(a, err)
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, ep.URL, bytes.NewReader(body))
-	if err != nil {
-		return d.failed(a, err)
-	}
-	h := req.Header
-	h.Set("Content-Type", "application/json")
-	h.Set("User-Agent", "webhookd/"+webhookd.Version)
-	h.Set("webhook-id", ev.ID)
-	h.Set("webhook-timestamp", strconv.FormatInt(a.StartedAt.Unix(), 10))
-	h.Set("webhook-signature", sig)
-	h.Set("X-Event-Id", ev.ID)
-	h.Set("X-Event-Type", ev.Type)
-	h.Set("X-Delivery-Attempt", strconv.Itoa(a.Number))
-	h.Set("X-Request-Id", a.RequestID)
-	for k := range h {
-		a.RequestHeaders[k] = h.Get(k)
-	}
-
-	start := time.Now()
-	resp, err := d.client.Do(req)
-	if err != nil {
-		a.DurationMS = time.Since(start).Milliseconds()
-		return d.failed(a, err)
-	}
-	defer resp.Body.Close()
-	a.StatusCode = &resp.StatusCode
-	for k := range resp.Header {
-		a.ResponseHeaders[k] = storableText(resp.Header.Get(k), maxResponseBody)
-	}
-	a.ResponseBody = d.readBody(resp)
-	a.DurationMS = time.Since(start).Milliseconds()
-	return a, Response{StatusCode: resp.StatusCode, Header: resp.Header}
-}
-
-// failed completes an attempt that got no response.
-func (d *Deliverer) failed(a webhookd.Attempt, err error) (webhookd.Attempt, Response) {
-	msg := storableText(DescribeError(err), maxResponseBody) // it may quote what the receiver sent
-	a.Error = &msg
-	return a, Response{Err: err}
-}
-
-// readBody keeps the first 8 KiB of the body as text PostgreSQL can store
-// (valid UTF-8, no NUL), reading for at most bodyTimeout.
-func (d *Deliverer) readBody(resp *http.Response) string {
-	timer := time.AfterFunc(d.bodyTimeout, func() { resp.Body.Close() })
-	defer timer.Stop()
-	// A few bytes more show whether a rune crosses the cut.
-	raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxResponseBody+utf8.UTFMax-1))
-	return storableText(string(raw), maxResponseBody)
-}
-
-// storableText is s as text PostgreSQL stores — NULs dropped, bytes that
-// are not UTF-8 replaced with U+FFFD — cut on a rune boundary to at most
-// limit bytes.
-func storableText(s string, limit int) string {
-	s = strings.ToValidUTF8(strings.ReplaceAll(cutText(s, limit), "\x00", ""), "\uFFFD")
-	return cutText(s, limit) // replacement characters can grow it
-}
-
-// cutText cuts s to at most limit bytes, before the rune that crosses the
-// limit, if any.
-func cutText(s string, limit int) string {
-	if len(s) <= limit {
-		return s
-	}
-	cut := limit
-	for cut > limit-utf8.UTFMax && cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	if !utf8.RuneStart(s[cut]) { // no rune there: bytes that are not UTF-8
-		cut = limit
-	}
-	return s[:cut]
+	return d.sender.Send(ctx, l.Event, secrets, a)
 }
 
 // orNil is what p points at, or nil, for a log line.

@@ -17,6 +17,7 @@ import (
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/dispatcher"
 	"github.com/webhookd/webhookd/storage"
+	"github.com/webhookd/webhookd/wire"
 )
 
 // hanging is a receiver that holds every request open until release or
@@ -325,7 +326,7 @@ func TestAttemptRecordedWhenItsTaskEnds(t *testing.T) {
 }
 
 func TestTaskDeadlineCoversEveryPhase(t *testing.T) {
-	for _, h := range []dispatcher.HTTPConfig{{}, {ConnectTimeout: time.Second, ResponseTimeout: 2 * time.Minute}} {
+	for _, h := range []wire.HTTPConfig{{}, {ConnectTimeout: time.Second, ResponseTimeout: 2 * time.Minute}} {
 		c := dispatcher.Config{HTTP: h}.WithDefaults()
 		phases := 2*c.HTTP.ConnectTimeout + 2*c.HTTP.ResponseTimeout // connect, TLS, headers, body
 		if c.AttemptTimeout() < phases || c.Lease() <= c.AttemptTimeout() || c.TaskTimeout() <= c.Lease() {

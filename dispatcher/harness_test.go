@@ -19,6 +19,7 @@ import (
 	"github.com/webhookd/webhookd/dispatcher"
 	"github.com/webhookd/webhookd/internal/testenv"
 	"github.com/webhookd/webhookd/storage"
+	"github.com/webhookd/webhookd/wire"
 )
 
 // received is one request a receiver got.
@@ -94,7 +95,7 @@ func newEnv(t testing.TB, tweak func(*dispatcher.Config)) *env {
 		t.Fatal(err)
 	}
 	cfg := dispatcher.Config{DB: db, Redis: rdb, Schedule: dispatcher.Schedule{time.Second, time.Second, time.Second, time.Second},
-		HTTP:        dispatcher.HTTPConfig{AllowPrivateNetworks: true, ConnectTimeout: 2 * time.Second, ResponseTimeout: 2 * time.Second},
+		HTTP:        wire.HTTPConfig{AllowPrivateNetworks: true, ConnectTimeout: 2 * time.Second, ResponseTimeout: 2 * time.Second},
 		Concurrency: 10, ReconcileInterval: time.Hour, ReconcileGrace: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		// The breaker off: the tests of other behaviour fail endpoints on
 		// purpose; lifecycle_test.go turns it on.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/storage"
+	"github.com/webhookd/webhookd/wire"
 )
 
 // Inspector makes the dashboard's "Send to inspector" attempts: a real
@@ -54,11 +55,11 @@ func (in *Inspector) Send(ctx context.Context, deliveryID, url string, rt http.R
 		return webhookd.Attempt{}, err
 	}
 	l.Endpoint.URL, l.Token = url, storage.NewRequestID()
-	// A Deliverer that only sends: send uses its client, clock and body
-	// timeout, and nothing of a worker's.
-	sender := &Deliverer{clock: in.clock, log: in.log, bodyTimeout: inspectorTimeout,
-		client: &http.Client{Transport: rt, Timeout: inspectorTimeout,
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+	// A Deliverer that only sends: request uses its sender, clock and
+	// log, and nothing of a worker's.
+	sender := &Deliverer{clock: in.clock, log: in.log, sender: wire.Sender{BodyTimeout: inspectorTimeout,
+		Client: &http.Client{Transport: rt, Timeout: inspectorTimeout,
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}}
 	sendCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), inspectorTimeout)
 	a, _ := sender.request(sendCtx, &l, webhookd.TriggerInspector)
 	cancel()

@@ -5,16 +5,11 @@ import (
 	"time"
 
 	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/wire"
 )
 
-// Response is what one attempt got back. Err is set when there was no
-// response at all (connect, DNS or TLS error, timeout, blocked address);
-// then StatusCode and Header are ignored.
-type Response struct {
-	StatusCode int
-	Header     http.Header
-	Err        error
-}
+// Response is what one attempt got back (wire.Response).
+type Response = wire.Response
 
 // Outcome is what happens to a delivery after an attempt.
 type Outcome struct {
@@ -47,7 +42,7 @@ func Classify(now time.Time, attempt int, schedule Schedule, r Response) Outcome
 	case code >= 200 && code <= 299:
 		return Outcome{Status: webhookd.DeliverySucceeded}
 	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
-		if d, ok := ParseRetryAfter(r.Header.Get("Retry-After"), now); ok {
+		if d, ok := wire.ParseRetryAfter(r.Header.Get("Retry-After"), now); ok {
 			return retry(now, attempt, schedule, &d)
 		}
 		return retry(now, attempt, schedule, nil)

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/webhookd/webhookd"
-	"github.com/webhookd/webhookd/dispatcher"
+	"github.com/webhookd/webhookd/wire"
 )
 
 var updateSDKFixture = flag.Bool("update-sdk-fixture", false,
@@ -108,7 +108,7 @@ func checkFixtureRequest(t *testing.T, what string, r fixtureRequest) {
 	if err != nil {
 		t.Fatalf("%s: webhook-timestamp %q", what, r.Headers["webhook-timestamp"])
 	}
-	want, err := dispatcher.SignatureHeader(r.Secrets, r.Headers["webhook-id"], time.Unix(sec, 0), []byte(r.Body))
+	want, err := wire.SignatureHeader(r.Secrets, r.Headers["webhook-id"], time.Unix(sec, 0), []byte(r.Body))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/internal/warm"
 	"github.com/webhookd/webhookd/storage"
+	"github.com/webhookd/webhookd/wire"
 )
 
 // Config configures a Worker. Zero values take the defaults in the comments.
@@ -26,7 +27,7 @@ type Config struct {
 	Queue string                // asynq queue; default "webhookd"
 	// Schedule is the delays between attempts; default 1m,15m,1h,24h.
 	Schedule Schedule
-	HTTP     HTTPConfig // timeouts and the private-network switch
+	HTTP     wire.HTTPConfig // timeouts and the private-network switch
 	// Concurrency is how many attempts run at once; default 500. No
 	// PostgreSQL connection is held through an attempt's request, so this
 	// is independent of the pool size.
@@ -205,9 +206,10 @@ func NewWorker(cfg Config) (*Worker, error) {
 	if err := cfg.Metrics.Register(newLimitCollector(g)); err != nil {
 		return nil, err
 	}
-	d := &Deliverer{db: cfg.DB, client: NewHTTPClient(cfg.HTTP), schedule: cfg.Schedule, clock: clock,
+	d := &Deliverer{db: cfg.DB, sender: wire.Sender{Client: wire.NewHTTPClient(cfg.HTTP), BodyTimeout: cfg.HTTP.ResponseTimeout},
+		schedule: cfg.Schedule, clock: clock,
 		log: cfg.Logger, limiter: redis_rate.NewLimiter(cfg.Redis), prefix: cfg.RateLimitPrefix, metrics: m,
-		bodyTimeout: cfg.HTTP.ResponseTimeout, attemptTimeout: cfg.AttemptTimeout(), lease: cfg.Lease(),
+		attemptTimeout: cfg.AttemptTimeout(), lease: cfg.Lease(),
 		gate: g, holder: newHolder(cfg.DB, q, g, clock, cfg.Logger, m.held), alive: newLiveness(), worker: storage.NewWorkerID(),
 		circuit: storage.CircuitConfig{After: max(cfg.Circuit.After, 0), Probes: cfg.Circuit.Probes,
 			DisableAfter: max(cfg.Circuit.DisableAfter, 0)}}

@@ -25,6 +25,7 @@ import (
 	"github.com/webhookd/webhookd/dispatcher"
 	"github.com/webhookd/webhookd/internal/testenv"
 	"github.com/webhookd/webhookd/storage"
+	"github.com/webhookd/webhookd/wire"
 )
 
 // TestSIGTERMFinishesInFlightAttempts sends SIGTERM to a worker process
@@ -214,7 +215,7 @@ func enqueueEvents(t *testing.T, db *storage.DB, p webhookd.Project, rdb redis.U
 		deliveryOf[ev.ID] = d.ID
 		due = append(due, webhookd.ScheduledDelivery{ID: d.ID, EndpointID: d.EndpointID, DueAt: time.Now()})
 	}
-	wcfg := dispatcher.Config{HTTP: dispatcher.HTTPConfig{ResponseTimeout: responseTimeout}}.WithDefaults()
+	wcfg := dispatcher.Config{HTTP: wire.HTTPConfig{ResponseTimeout: responseTimeout}}.WithDefaults()
 	if err := dispatcher.NewQueue(rdb, wcfg.Queue, wcfg.TaskTimeout()).Enqueue(ctx, due...); err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/webhookd/webhookd/internal/redisbatch"
 	"github.com/webhookd/webhookd/internal/redisurl"
 	"github.com/webhookd/webhookd/storage"
+	"github.com/webhookd/webhookd/wire"
 )
 
 // Roles says which parts a process runs.
@@ -142,7 +143,7 @@ func (m *Main) Start(ctx context.Context, roles Roles) error {
 	batched := redisbatch.Wrap(m.Redis)
 	wcfg := dispatcher.Config{DB: m.DB, Redis: batched, Schedule: schedule, Concurrency: m.Config.WorkerConcurrency,
 		EndpointInitialLimit: m.Config.EndpointInitialLimit, ReconcileInterval: m.Config.ReconcileInterval,
-		HTTP: dispatcher.HTTPConfig{ConnectTimeout: m.Config.ConnectTimeout, ResponseTimeout: m.Config.ResponseTimeout,
+		HTTP: wire.HTTPConfig{ConnectTimeout: m.Config.ConnectTimeout, ResponseTimeout: m.Config.ResponseTimeout,
 			AllowPrivateNetworks: m.Config.AllowPrivateNetworks},
 		Retention: m.Config.Retention, Circuit: circuit, Logger: m.Logger, Metrics: m.Registry}
 	m.Queue = dispatcher.NewQueue(batched, wcfg.Queue, wcfg.WithDefaults().TaskTimeout())
