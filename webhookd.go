@@ -190,6 +190,10 @@ type Attempt struct {
 	RequestHeaders  map[string]string
 	ResponseHeaders map[string]string
 	ResponseBody    string // the first 8 KiB, as text
+	// TraceID is the trace the attempt was sent in (its span's, whose
+	// traceparent the receiver got), as 32 hex digits; "" when tracing
+	// was off.
+	TraceID string
 }
 
 // DeadLetter records a delivery that will not be retried on its own.

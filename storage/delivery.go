@@ -128,7 +128,7 @@ func (s *Store) GetDelivery(ctx context.Context, projectID, id string) (webhookd
 		return d, translate(err, "delivery")
 	}
 	rows, err := s.q.Query(ctx, `SELECT delivery_id, number, request_id, url, trigger, status_code, error, duration_ms,
-			started_at, request_headers, response_headers, response_body
+			started_at, request_headers, response_headers, response_body, coalesce(trace_id, '')
 		FROM attempts WHERE delivery_id = $1 ORDER BY number, started_at`, id) // inspector attempts share numbers
 	if err != nil {
 		return d, fmt.Errorf("attempts: %w", err)
@@ -136,7 +136,7 @@ func (s *Store) GetDelivery(ctx context.Context, projectID, id string) (webhookd
 	d.Attempts, err = collect(rows, func(r pgx.Row) (webhookd.Attempt, error) {
 		var a webhookd.Attempt
 		err := r.Scan(&a.DeliveryID, &a.Number, &a.RequestID, &a.URL, &a.Trigger, &a.StatusCode, &a.Error, &a.DurationMS,
-			&a.StartedAt, &a.RequestHeaders, &a.ResponseHeaders, &a.ResponseBody)
+			&a.StartedAt, &a.RequestHeaders, &a.ResponseHeaders, &a.ResponseBody, &a.TraceID)
 		return a, err
 	})
 	if d.Attempts == nil {

@@ -23,6 +23,10 @@ type NewEvent struct {
 	// Trigger is what the automatic attempts of its deliveries are logged
 	// as: webhookd.TriggerTest for a test event, else "" (auto).
 	Trigger string
+	// TraceParent is the W3C traceparent of the span that writes the
+	// event, kept with it so that the attempts of its deliveries continue
+	// that trace (Lease.TraceParent); "" without tracing.
+	TraceParent string
 }
 
 // CreateEvents writes the events and one pending delivery per matching
@@ -56,7 +60,10 @@ type eventRows struct {
 	ids, projects, types, data []string
 	ext                        []*string
 	at                         []time.Time
-	deliveries                 deliveryRows
+	// traceParents are the events' NewEvent.TraceParent ("" for none):
+	// not among args, which the operational events' statement takes too.
+	traceParents []string
+	deliveries   deliveryRows
 }
 
 // add makes the events, with new ids, and one pending delivery, due at
@@ -68,6 +75,7 @@ func (r *eventRows) add(projectID string, evs []NewEvent, targets [][]string, fi
 		ids[i] = newID(prefixEvent)
 		r.ids, r.projects, r.types = append(r.ids, ids[i]), append(r.projects, projectID), append(r.types, ev.Type)
 		r.data, r.ext, r.at = append(r.data, string(ev.Data)), append(r.ext, ev.ExternalID), append(r.at, now)
+		r.traceParents = append(r.traceParents, ev.TraceParent)
 	}
 	return r.deliveries.add(projectID, evs, ids, targets, fifo, now)
 }
@@ -81,6 +89,7 @@ func (r *eventRows) mark() rowsMark { return rowsMark{len(r.ids), len(r.deliveri
 func (r *eventRows) truncate(m rowsMark) {
 	r.ids, r.projects, r.types = r.ids[:m.events], r.projects[:m.events], r.types[:m.events]
 	r.data, r.ext, r.at = r.data[:m.events], r.ext[:m.events], r.at[:m.events]
+	r.traceParents = r.traceParents[:m.events]
 	d, n := &r.deliveries, m.deliveries
 	d.ids, d.projects, d.events, d.endpoints = d.ids[:n], d.projects[:n], d.events[:n], d.endpoints[:n]
 	d.types, d.triggers, d.due, d.fifo = d.types[:n], d.triggers[:n], d.due[:n], d.fifo[:n]

@@ -208,7 +208,8 @@ func (w *groupRows) args() []any {
 	args := append(w.req.args(), w.remember,
 		w.fresh.projects, w.fresh.digests, w.fresh.listed, w.fresh.types, w.ext.req, w.ext.ids)
 	args = append(append(args, w.rows.args()...), w.evReqs)
-	return append(append(args, w.rows.deliveries.args()...), w.dlReqs)
+	args = append(append(args, w.rows.deliveries.args()...), w.dlReqs)
+	return append(args, w.rows.traceParents)
 }
 
 // groupState is what the statement did with one request: its claim
@@ -296,7 +297,8 @@ func (db *DB) scanGroupStates(rows pgx.Rows, calls []*ingestCall) ([]groupState,
 // each response is remembered; $10-$13 the candidates' digests (the fresh
 // CTE); $14-$15 the external ids of the events to write, by request;
 // $16-$21 the events (eventRows.args) and $22 the request of each; $23-$30
-// their deliveries (deliveryRows.args) and $31 the request of each.
+// their deliveries (deliveryRows.args) and $31 the request of each; $32
+// the events' trace parents ("" for none).
 //
 // A request writes nothing when its project's endpoints changed or an
 // external id of its events is taken; else it claims its key as claimKey
@@ -350,10 +352,10 @@ const writeGroupSQL = `
 		SELECT ord FROM ready WHERE key = ''
 		UNION ALL SELECT l.ord FROM locked l JOIN claim c ON c.project_id = l.project_id AND c.key = l.key
 	), ev AS (
-		INSERT INTO events (id, project_id, type, data, external_id, created_at)
-		SELECT id, prj, typ, data::json, ext, at
-		FROM unnest($16::text[], $17::text[], $18::text[], $19::text[], $20::text[], $21::timestamptz[], $22::int8[])
-			AS t(id, prj, typ, data, ext, at, req)
+		INSERT INTO events (id, project_id, type, data, external_id, created_at, trace_parent)
+		SELECT id, prj, typ, data::json, ext, at, NULLIF(tp, '')
+		FROM unnest($16::text[], $17::text[], $18::text[], $19::text[], $20::text[], $21::timestamptz[], $22::int8[],
+			$32::text[]) AS t(id, prj, typ, data, ext, at, req, tp)
 		WHERE t.req = ANY (ARRAY(SELECT ord FROM go))
 	), dl AS (
 		INSERT INTO deliveries (id, project_id, event_id, endpoint_id, event_type, trigger, status, next_attempt_at, created_at,

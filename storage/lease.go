@@ -70,6 +70,10 @@ type Lease struct {
 	// Now is PostgreSQL's time when the claim ran: the one clock that
 	// times compared between processes come from (SPEC §1).
 	Now time.Time
+	// TraceParent is the W3C traceparent its event was written under
+	// (NewEvent.TraceParent), the parent of the attempt's span; "" for
+	// none.
+	TraceParent string
 	// SecretErr (ErrSecretUnreadable) says the endpoint's secrets cannot
 	// be opened here, so nothing can be signed: the attempt fails with it
 	// unsent. Endpoint.Secret is then not the secret.
@@ -125,7 +129,7 @@ func (db *DB) ClaimDeliveries(ctx context.Context, now, until time.Time, cs []Cl
 			e.type, e.data, e.external_id, e.created_at,
 			p.url, p.status, p.secret, p.previous_secret, p.previous_expires_at, p.rate_limit_per_second, p.deleted_at,
 			p.max_in_flight, d.trigger, d.manual_request_id, d.manual_requested_by, p.circuit, p.probe_at, p.failures,
-			d.fifo_seq IS NOT NULL, d.fifo_seq IS NOT NULL AND EXISTS (`+fifoAhead+`), now()
+			d.fifo_seq IS NOT NULL, d.fifo_seq IS NOT NULL AND EXISTS (`+fifoAhead+`), now(), coalesce(e.trace_parent, '')
 		FROM c JOIN deliveries d ON d.id = c.id JOIN events e ON e.id = d.event_id JOIN endpoints p ON p.id = d.endpoint_id
 			LEFT JOIN held ON held.token = c.token`,
 		ids, tokens, modes, reqs, now, until, workers).Query(func(rows pgx.Rows) error {
@@ -142,7 +146,7 @@ func (db *DB) ClaimDeliveries(ctx context.Context, now, until time.Time, cs []Cl
 				&ev.Type, &ev.Data, &ev.ExternalID, &ev.CreatedAt,
 				&ep.URL, &ep.Status, &ep.Secret, &ep.PreviousSecret, &ep.PreviousExpiresAt, &ep.RateLimitPerSecond, &deleted,
 				&l.MaxInFlight, &l.Trigger, &l.ManualRequest, &l.ManualBy, &ep.Circuit, &ep.ProbeAt, &l.Failures,
-				&l.FIFO, &l.Behind, &l.Now); err != nil {
+				&l.FIFO, &l.Behind, &l.Now, &l.TraceParent); err != nil {
 				return err
 			}
 			// A secret this process cannot open fails this claim's attempt
@@ -380,6 +384,7 @@ func recordArgs(rs []Record) []any {
 		aDurations                                                 = make([]*int64, n)
 		aStarted                                                   = make([]*time.Time, n)
 		aReqH, aRespH                                              = make([]*string, n), make([]*string, n)
+		aTraceIDs                                                  = make([]string, n)
 	)
 	for i, r := range rs {
 		l, t, d := r.Lease, r.Transition, r.Lease.Delivery
@@ -400,6 +405,7 @@ func recordArgs(rs []Record) []any {
 			rh, sh := headersJSON(a.RequestHeaders), headersJSON(a.ResponseHeaders)
 			aNumbers[i], aReqIDs[i], aURLs[i], aTriggers[i], aBodies[i] = &num, &a.RequestID, &a.URL, &a.Trigger, &a.ResponseBody
 			aDurations[i], aStarted[i], aReqH[i], aRespH[i] = &dur, &a.StartedAt, &rh, &sh
+			aTraceIDs[i] = a.TraceID
 		}
 		switch {
 		case t.Status == webhookd.DeliveryDeadLetter && d.Status != webhookd.DeliveryDeadLetter:
@@ -416,7 +422,8 @@ func recordArgs(rs []Record) []any {
 		pgtype.FlatArray[*string](errTexts), manualDone, dlOps, dlIDs, dlReasons, replayedBy, disable,
 		nows, pgtype.FlatArray[*int32](aNumbers), pgtype.FlatArray[*string](aReqIDs), pgtype.FlatArray[*string](aURLs),
 		pgtype.FlatArray[*string](aTriggers), pgtype.FlatArray[*int64](aDurations), pgtype.FlatArray[*time.Time](aStarted),
-		pgtype.FlatArray[*string](aReqH), pgtype.FlatArray[*string](aRespH), pgtype.FlatArray[*string](aBodies), waiting}
+		pgtype.FlatArray[*string](aReqH), pgtype.FlatArray[*string](aRespH), pgtype.FlatArray[*string](aBodies), waiting,
+		aTraceIDs}
 }
 
 // recordSQL applies records where their lease is held, and returns the
@@ -426,11 +433,11 @@ const recordSQL = `WITH r AS (
 		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int4[], $5::int4[], $6::timestamptz[],
 			$7::int4[], $8::text[], $9::bool[], $10::text[], $11::text[], $12::text[], $13::text[], $14::bool[],
 			$15::timestamptz[], $16::int4[], $17::text[], $18::text[], $19::text[], $20::int8[], $21::timestamptz[],
-			$22::jsonb[], $23::jsonb[], $24::text[], $25::text[]) WITH ORDINALITY
+			$22::jsonb[], $23::jsonb[], $24::text[], $25::text[], $26::text[]) WITH ORDINALITY
 		AS r(id, token, status, attempts_count, auto_attempts, next_attempt_at,
 			last_status_code, last_error, manual_done, dl_op, dl_id, dl_reason, replayed_by, disable,
 			now, a_number, a_request_id, a_url, a_trigger, a_duration_ms, a_started_at,
-			a_request_headers, a_response_headers, a_body, waiting, ord)
+			a_request_headers, a_response_headers, a_body, waiting, a_trace_id, ord)
 	), u AS (
 		UPDATE deliveries d SET status = r.status, attempts_count = r.attempts_count, auto_attempts = r.auto_attempts,
 			next_attempt_at = r.next_attempt_at, waiting_reason = NULLIF(r.waiting, ''),
@@ -443,9 +450,9 @@ const recordSQL = `WITH r AS (
 		RETURNING r.ord, d.id, d.project_id, d.event_id, d.endpoint_id, d.event_type
 	), a AS (
 		INSERT INTO attempts (delivery_id, number, request_id, url, trigger, status_code, error,
-			duration_ms, started_at, request_headers, response_headers, response_body)
+			duration_ms, started_at, request_headers, response_headers, response_body, trace_id)
 		SELECT r.id, r.a_number, r.a_request_id, r.a_url, r.a_trigger, r.last_status_code, r.last_error,
-			r.a_duration_ms, r.a_started_at, r.a_request_headers, r.a_response_headers, r.a_body
+			r.a_duration_ms, r.a_started_at, r.a_request_headers, r.a_response_headers, r.a_body, NULLIF(r.a_trace_id, '')
 		FROM r JOIN u ON u.ord = r.ord WHERE r.a_number IS NOT NULL
 	), dl AS (
 		INSERT INTO dead_letters (id, project_id, delivery_id, event_id, endpoint_id, event_type,
