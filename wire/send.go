@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/internal/tracing"
 )
 
 // MaxResponseBody is how much of a response body an attempt keeps.
@@ -27,10 +28,13 @@ type Response struct {
 }
 
 // Sender sends signed deliveries with Client, reading a response's body
-// for at most BodyTimeout after its headers.
+// for at most BodyTimeout after its headers. With a Tracer, each request
+// carries the traceparent of the span in Send's context (the attempt's),
+// so the receiver's span is its child; nil sends none.
 type Sender struct {
 	Client      *http.Client
 	BodyTimeout time.Duration
+	Tracer      *tracing.Tracer
 }
 
 // Send signs ev with secrets (the endpoint's, the current one first) as
@@ -66,6 +70,7 @@ func (s Sender) Send(ctx context.Context, ev webhookd.Event, secrets []string, a
 	h.Set("X-Event-Type", ev.Type)
 	h.Set("X-Delivery-Attempt", strconv.Itoa(a.Number))
 	h.Set("X-Request-Id", a.RequestID)
+	s.Tracer.Inject(ctx, h)
 	for k := range h {
 		a.RequestHeaders[k] = h.Get(k)
 	}
