@@ -10,6 +10,7 @@ import (
 	"github.com/go-redis/redis_rate/v10"
 
 	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/internal/tracing"
 	"github.com/webhookd/webhookd/storage"
 	"github.com/webhookd/webhookd/wire"
 )
@@ -43,6 +44,7 @@ type Deliverer struct {
 	worker         string    // this process's id: its heartbeat's, and its leases'
 	alive          *liveness // when its heartbeat last landed; nil: not known
 	circuit        storage.CircuitConfig
+	tracer         *tracing.Tracer // nil: tracing off
 }
 
 // RetryAt asks the queue to run the task again at a time: the next
@@ -270,10 +272,12 @@ func (d *Deliverer) send(ctx context.Context, r Request, l *storage.Lease, slot 
 	}
 	// The request and its record do not depend on the task's context: an
 	// attempt that was sent is always recorded, bounded by attemptTimeout.
-	sendCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.attemptTimeout)
+	spanCtx, span := d.startAttempt(ctx, l, trigger)
+	sendCtx, cancel := context.WithTimeout(context.WithoutCancel(spanCtx), d.attemptTimeout)
 	slot.start = time.Now()
 	a, resp := d.request(sendCtx, l, trigger)
 	cancel()
+	a.TraceID, _ = tracing.IDs(spanCtx)
 	if l.SecretErr == nil { // unsent: it says nothing of the endpoint
 		slot.sig = signalOf(resp)
 	}
@@ -283,6 +287,7 @@ func (d *Deliverer) send(ctx context.Context, r Request, l *storage.Lease, slot 
 	t := transition(del.Status, del.NextAttemptAt, !auto, out, r.By, end)
 	t.ManualDone = r.mode() == storage.ClaimManual
 	t.Auto = auto
+	endAttempt(span, a, resp, t.Status)
 	res, err := d.finish(ctx, r, l, &a, t)
 	if err != nil || !res.Attempted {
 		return res, err
@@ -291,7 +296,7 @@ func (d *Deliverer) send(ctx context.Context, r Request, l *storage.Lease, slot 
 	if l.SecretErr == nil {
 		d.countForBreaker(ctx, l, resp, end, probe)
 	}
-	d.log.Info("delivery attempt", "delivery_id", del.ID, "event_id", del.EventID, "endpoint_id", del.EndpointID,
+	d.log.InfoContext(spanCtx, "delivery attempt", "delivery_id", del.ID, "event_id", del.EventID, "endpoint_id", del.EndpointID,
 		"attempt", a.Number, "trigger", trigger, "request_id", a.RequestID, "status_code", orNil(a.StatusCode),
 		"error", orNil(a.Error), "duration_ms", a.DurationMS, "outcome", t.Status)
 	res.Succeeded = out.Status == webhookd.DeliverySucceeded

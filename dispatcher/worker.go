@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/internal/tracing"
 	"github.com/webhookd/webhookd/internal/warm"
 	"github.com/webhookd/webhookd/storage"
 	"github.com/webhookd/webhookd/wire"
@@ -70,6 +71,11 @@ type Config struct {
 	Clock   webhookd.Clock        // default webhookd.SystemClock
 	Logger  *slog.Logger          // default slog.Default()
 	Metrics prometheus.Registerer // default: a private registry
+	// Tracer makes each attempt a span, the child of the trace its event
+	// was written in, and sends the receiver its traceparent; default nil:
+	// no tracing. The attempt's log line carries its ids when Logger is
+	// Tracer.Logger's.
+	Tracer *tracing.Tracer
 }
 
 // WithDefaults fills zero values.
@@ -206,8 +212,8 @@ func NewWorker(cfg Config) (*Worker, error) {
 	if err := cfg.Metrics.Register(newLimitCollector(g)); err != nil {
 		return nil, err
 	}
-	d := &Deliverer{db: cfg.DB, sender: wire.Sender{Client: wire.NewHTTPClient(cfg.HTTP), BodyTimeout: cfg.HTTP.ResponseTimeout},
-		schedule: cfg.Schedule, clock: clock,
+	d := &Deliverer{db: cfg.DB, sender: wire.Sender{Client: wire.NewHTTPClient(cfg.HTTP), BodyTimeout: cfg.HTTP.ResponseTimeout,
+		Tracer: cfg.Tracer}, tracer: cfg.Tracer, schedule: cfg.Schedule, clock: clock,
 		log: cfg.Logger, limiter: redis_rate.NewLimiter(cfg.Redis), prefix: cfg.RateLimitPrefix, metrics: m,
 		attemptTimeout: cfg.AttemptTimeout(), lease: cfg.Lease(),
 		gate: g, holder: newHolder(cfg.DB, q, g, clock, cfg.Logger, m.held), alive: newLiveness(), worker: storage.NewWorkerID(),
