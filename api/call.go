@@ -115,7 +115,7 @@ func (s *Server) admit(w http.ResponseWriter, c *call, res rateResult) bool {
 func (s *Server) fail(w http.ResponseWriter, c *call, err error) {
 	ae := appError(err)
 	if ae.Code == webhookd.CodeInternal || ae.Code == webhookd.CodeUnavailable {
-		s.log.Error("api request failed", "request_id", c.requestID, "method", c.r.Method,
+		s.log.ErrorContext(c.ctx, "api request failed", "request_id", c.requestID, "method", c.r.Method,
 			"path", c.r.URL.Path, "err", err)
 	}
 	status, body := errorResponse(ae, c.requestID)

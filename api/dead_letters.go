@@ -78,7 +78,7 @@ func (s *Server) enqueueJobAfterCommit(id string) func(context.Context) {
 			return
 		}
 		if err := s.cfg.Enqueuer.EnqueueJob(ctx, id); err != nil {
-			s.log.Warn("enqueue replay job failed; it waits queued for the job reconciler", "job_id", id, "err", err)
+			s.log.WarnContext(ctx, "enqueue replay job failed; it waits queued for the job reconciler", "job_id", id, "err", err)
 		}
 	}
 }

@@ -75,7 +75,7 @@ func (s *Server) redeliver(c *call) (int, any, error) {
 			return
 		}
 		if err := s.cfg.Enqueuer.EnqueueManual(ctx, requestID, d.ID, "api"); err != nil {
-			s.log.Warn("enqueue redelivery failed; the reconciler will pick it up", "delivery_id", d.ID, "err", err)
+			s.log.WarnContext(ctx, "enqueue redelivery failed; the reconciler will pick it up", "delivery_id", d.ID, "err", err)
 		}
 	}
 	return http.StatusAccepted, deliveryOut(d), nil
@@ -108,7 +108,8 @@ func (s *Server) testEndpoint(c *call) (int, any, error) {
 	}
 	now := s.clock.Now()
 	evs, err := c.store.CreateEvents(c.ctx, c.project.ID, []storage.NewEvent{{Type: webhookd.TestEventType, Data: data,
-		EndpointIDs: []string{ep.ID}, Trigger: webhookd.TriggerTest}}, now, func(int) string { return "" })
+		EndpointIDs: []string{ep.ID}, Trigger: webhookd.TriggerTest, TraceParent: s.cfg.Tracer.TraceParent(c.ctx)}}, now,
+		func(int) string { return "" })
 	if err != nil {
 		return 0, nil, err
 	}

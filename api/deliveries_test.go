@@ -24,7 +24,7 @@ var (
 	deliveryKeys = []string{"id", "event_id", "endpoint_id", "event_type", "status", "attempts_count",
 		"next_attempt_at", "waiting_reason", "last_status_code", "last_error", "created_at", "updated_at"}
 	attemptKeys = []string{"number", "request_id", "url", "trigger", "status_code", "error", "duration_ms",
-		"started_at", "request_headers", "response_headers", "response_body"}
+		"started_at", "request_headers", "response_headers", "response_body", "trace_id"}
 )
 
 // expectKeys fails unless obj has exactly keys.

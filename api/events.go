@@ -9,6 +9,11 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/storage"
 )
@@ -42,7 +47,8 @@ func (s *Server) events(limit int64, batch bool) func(http.ResponseWriter, *http
 			}
 		}
 		now := s.clock.Now()
-		res, err := s.ingester.Ingest(c.ctx, storage.IngestRequest{Key: ik, Events: evs, Invalid: invalid, Now: now,
+		ctx, span := s.startWrite(c.ctx, evs)
+		res, err := s.ingester.Ingest(ctx, storage.IngestRequest{Key: ik, Events: evs, Invalid: invalid, Now: now,
 			FieldPrefix: fieldPrefixer(batch),
 			Render: func(out []webhookd.Event, err error) (storage.StoredResponse, error) {
 				if err != nil {
@@ -52,6 +58,7 @@ func (s *Server) events(limit int64, batch bool) func(http.ResponseWriter, *http
 				body, err := marshalJSON(eventsOut(out, batch))
 				return storage.StoredResponse{StatusCode: http.StatusAccepted, ContentType: "application/json", Body: body}, err
 			}}, s.cfg.IdempotencyWait)
+		endWrite(span, res, err)
 		if err != nil {
 			s.failIdempotent(w, c, err)
 			return
@@ -157,7 +164,7 @@ func (s *Server) enqueue(ctx context.Context, now time.Time, evs []webhookd.Even
 	if err := s.cfg.Enqueuer.Enqueue(ctx, due...); err != nil {
 		s.deferred.Add(float64(len(due)))
 		if s.handoff.failed(time.Now()) {
-			s.log.Warn("cannot hand new deliveries to redis; the reconciler will enqueue them", "deliveries", len(due), "err", err)
+			s.log.WarnContext(ctx, "cannot hand new deliveries to redis; the reconciler will enqueue them", "deliveries", len(due), "err", err)
 		}
 		return
 	}
@@ -213,4 +220,39 @@ func (s *Server) getEvent(c *call) (int, any, error) {
 		return 0, nil, err
 	}
 	return http.StatusOK, eventOut(e), nil
+}
+
+// startWrite begins the span of an event request's write, a child of the
+// request's, and sets each event's TraceParent to it: the attempts of
+// their deliveries are its children (dispatcher). Off, it does nothing.
+func (s *Server) startWrite(ctx context.Context, evs []storage.NewEvent) (context.Context, trace.Span) {
+	if !s.cfg.Tracer.On() {
+		return ctx, noop.Span{}
+	}
+	ctx, span := s.cfg.Tracer.Start(ctx, "webhookd.event.write", trace.SpanKindInternal,
+		attribute.Int("webhookd.events.count", len(evs)))
+	tp := s.cfg.Tracer.TraceParent(ctx)
+	for i := range evs {
+		evs[i].TraceParent = tp
+	}
+	return ctx, span
+}
+
+// endWrite ends a write's span with what it wrote: the event's id (the
+// first event's in a batch), or the stored response it replayed, or its
+// error.
+func endWrite(span trace.Span, res storage.IngestResult, err error) {
+	if !span.IsRecording() {
+		span.End()
+		return
+	}
+	switch {
+	case err != nil:
+		span.SetStatus(codes.Error, err.Error())
+	case res.Replayed:
+		span.SetAttributes(attribute.Bool("webhookd.idempotent_replayed", true))
+	case len(res.Events) > 0:
+		span.SetAttributes(attribute.String("webhookd.event.id", res.Events[0].ID))
+	}
+	span.End()
 }

@@ -1,11 +1,16 @@
 package api
 
 import (
+	"context"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // apiMetrics are the API's Prometheus series, by route: the pattern the
@@ -40,7 +45,8 @@ func newAPIMetrics(reg prometheus.Registerer) (*apiMetrics, error) {
 	return m, nil
 }
 
-// instrument counts every request h answers.
+// instrument counts every request h answers and, with a Tracer, makes it a
+// span: the child of the caller's, when its traceparent names one.
 func (s *Server) instrument(h http.Handler) (http.Handler, error) {
 	m, err := newAPIMetrics(s.cfg.Metrics)
 	if err != nil {
@@ -49,6 +55,13 @@ func (s *Server) instrument(h http.Handler) (http.Handler, error) {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w}
+		var span trace.Span
+		if s.cfg.Tracer.On() {
+			var ctx context.Context
+			ctx, span = s.cfg.Tracer.Start(s.cfg.Tracer.Extract(r.Context(), r.Header), r.Method, trace.SpanKindServer,
+				attribute.String("http.request.method", r.Method))
+			r = r.WithContext(ctx)
+		}
 		h.ServeHTTP(sw, r)
 		route := r.Pattern // set by the mux on r
 		if route == "" {
@@ -58,12 +71,30 @@ func (s *Server) instrument(h http.Handler) (http.Handler, error) {
 		if code == 0 {
 			code = http.StatusOK
 		}
+		if span != nil {
+			endRequestSpan(span, r, code)
+		}
 		m.requests.WithLabelValues(route, strconv.Itoa(code)).Inc()
 		m.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
 		if sw.replayed {
 			m.replays.WithLabelValues(route).Inc()
 		}
 	}), nil
+}
+
+// endRequestSpan names a request's span after its route ("POST
+// /v1/events") and ends it with its status; a 5xx is an error.
+func endRequestSpan(span trace.Span, r *http.Request, code int) {
+	if r.Pattern != "" {
+		span.SetName(r.Pattern)
+		_, route, _ := strings.Cut(r.Pattern, " ")
+		span.SetAttributes(attribute.String("http.route", route))
+	}
+	span.SetAttributes(attribute.Int("http.response.status_code", code))
+	if code >= 500 {
+		span.SetStatus(codes.Error, http.StatusText(code))
+	}
+	span.End()
 }
 
 // statusWriter remembers the status written and whether it was a replay.

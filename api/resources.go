@@ -158,12 +158,16 @@ type attemptJSON struct {
 	RequestHeaders  map[string]string `json:"request_headers"`
 	ResponseHeaders map[string]string `json:"response_headers"`
 	ResponseBody    string            `json:"response_body"`
+	TraceID         *string           `json:"trace_id"` // null when tracing was off
 }
 
 func attemptOut(a webhookd.Attempt) attemptJSON {
 	out := attemptJSON{Number: a.Number, RequestID: a.RequestID, URL: a.URL, Trigger: a.Trigger, StatusCode: a.StatusCode,
 		Error: a.Error, DurationMS: a.DurationMS, StartedAt: timeString(a.StartedAt), RequestHeaders: a.RequestHeaders,
 		ResponseHeaders: a.ResponseHeaders, ResponseBody: a.ResponseBody}
+	if a.TraceID != "" {
+		out.TraceID = &a.TraceID
+	}
 	if out.RequestHeaders == nil {
 		out.RequestHeaders = map[string]string{}
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/internal/tracing"
 	"github.com/webhookd/webhookd/internal/warm"
 	"github.com/webhookd/webhookd/storage"
 )
@@ -77,6 +78,11 @@ type Config struct {
 	// point (the dashboard's URL, or WEBHOOKD_PORTAL_BASE_URL); default
 	// "": links are paths only.
 	PortalBaseURL string
+	// Tracer makes each request a span, continuing the caller's
+	// traceparent, and each write of events a span whose traceparent the
+	// events keep for their attempts; default nil: no tracing. Log lines
+	// carry the ids when Logger is Tracer.Logger's.
+	Tracer *tracing.Tracer
 }
 
 // WithDefaults fills zero values.

@@ -156,6 +156,10 @@ type Attempt struct {
 	RequestHeaders  map[string]string `json:"request_headers"`
 	ResponseHeaders map[string]string `json:"response_headers"`
 	ResponseBody    string            `json:"response_body"` // the first 8 KiB
+	// TraceID is the OpenTelemetry trace the attempt was sent in (32 hex
+	// digits), whose span the receiver's traceparent named; nil while
+	// tracing was off.
+	TraceID *string `json:"trace_id"`
 }
 
 // DeadLetter is a delivery that will not be retried on its own.

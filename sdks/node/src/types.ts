@@ -53,6 +53,8 @@ export interface Attempt {
   number: number; request_id: string; url: string; trigger: "auto" | "manual" | "test" | "inspector";
   status_code: number | null; error: string | null; duration_ms: number; started_at: string;
   request_headers: Record<string, string>; response_headers: Record<string, string> | null; response_body: string | null;
+  /** The OpenTelemetry trace the attempt was sent in (32 hex digits); null while tracing was off. */
+  trace_id: string | null;
 }
 
 /** Why a delivery waits: a retry's backoff, its endpoint (busy, rate limit, open circuit), or its turn in an ordered queue. */
