@@ -62,6 +62,9 @@ func TestDeliveryDetailShowsUntrustedContentAsText(t *testing.T) {
 	if got := doc.Find(".attempt .request-id").Text(); got != "req_01" {
 		t.Errorf("request id %q", got)
 	}
+	if n := doc.Find(".attempt .trace-id").Length(); n != 0 {
+		t.Errorf("an attempt made without tracing shows %d trace ids", n)
+	}
 	if got := doc.Find("#target-url").Text(); got != "https://example.com/hook" {
 		t.Errorf("target url %q", got)
 	}
@@ -181,5 +184,24 @@ func TestLocalPathNeverLeavesTheSite(t *testing.T) {
 		if got := localPath(in); got != want {
 			t.Errorf("localPath(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestDeliveryDetailShowsAnAttemptsTraceID: an attempt sent in a trace
+// shows its trace id, to look it up in a tracing tool.
+func TestDeliveryDetailShowsAnAttemptsTraceID(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	d := storage.DeliveryDetail{Delivery: webhookd.Delivery{ID: "dlv_03", Status: webhookd.DeliverySucceeded,
+		Attempts: []webhookd.Attempt{
+			{Number: 1, RequestID: "req_01", StatusCode: ptr(500), StartedAt: now, TraceID: "0af7651916cd43dd8448eb211c80319c"},
+			{Number: 2, RequestID: "req_02", StatusCode: ptr(200), StartedAt: now}}},
+		EndpointActive: true, EventData: json.RawMessage(`1`)}
+	doc := renderDoc(t, deliveryDetail(deliveryView{D: d, Payload: "1", Now: now}))
+	attempts := doc.Find(".attempt")
+	if got := attempts.Eq(0).Find(".trace-id").Text(); got != "0af7651916cd43dd8448eb211c80319c" {
+		t.Errorf("first attempt's trace id %q", got)
+	}
+	if attempts.Eq(1).Find(".trace-id").Length() != 0 {
+		t.Errorf("an attempt without a trace id shows one")
 	}
 }
