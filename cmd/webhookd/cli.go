@@ -60,13 +60,19 @@ var (
 	}()
 )
 
+// tracingAbout is what the help of the processes says of tracing, which
+// the standard OTEL_* variables configure rather than a flag.
+const tracingAbout = "Tracing (OpenTelemetry, OTLP over HTTP) is on when OTEL_EXPORTER_OTLP_ENDPOINT,\n" +
+	"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_TRACES_EXPORTER=otlp is set; the other standard OTEL_*\n" +
+	"variables apply (README.md, Tracing)."
+
 // commands is every command, in the order help lists them.
 var commands = []*command{
-	{name: "all", summary: "API, worker and dashboard in one process",
+	{name: "all", about: tracingAbout, summary: "API, worker and dashboard in one process",
 		settings: allSettings, setup: serveAs(Roles{API: true, Worker: true, Ops: true})},
-	{name: "serve", summary: "the public API, and the dashboard with /healthz, /readyz and /metrics",
+	{name: "serve", about: tracingAbout, summary: "the public API, and the dashboard with /healthz, /readyz and /metrics",
 		settings: apiSettings, setup: serveAs(Roles{API: true, Ops: true})},
-	{name: "worker", summary: "deliveries, retries, the reconciler and background jobs\n(/healthz, /readyz and /metrics on WEBHOOKD_DASHBOARD_ADDR)",
+	{name: "worker", about: tracingAbout, summary: "deliveries, retries, the reconciler and background jobs\n(/healthz, /readyz and /metrics on WEBHOOKD_DASHBOARD_ADDR)",
 		settings: workerSettings, setup: serveAs(Roles{Worker: true, Ops: true, NoDashboard: true})},
 	{name: "migrate", summary: "apply the database migrations (safe to rerun)",
 		settings: dbSettings, setup: func(*flagSet) action { return runMigrate }},

@@ -7,6 +7,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -14,8 +15,12 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"syscall"
+	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/internal/tracing"
 )
 
 // tuneGC sets the collector for a small live heap under a high
@@ -50,12 +55,23 @@ func newMain(inv *invocation) *Main {
 }
 
 // serveAs is the setup of all, serve and worker: run the process with
-// roles until SIGTERM or SIGINT, then shut it down gracefully.
+// roles until SIGTERM or SIGINT, then shut it down gracefully. Tracing is
+// on when the standard OTEL_* variables say where to send (tracing.Setup);
+// the spans still waiting are sent last, after the shutdown.
 func serveAs(roles Roles) func(*flagSet) action {
 	return func(*flagSet) action {
 		return func(ctx context.Context, inv *invocation) error {
 			m := newMain(inv)
 			defer m.Close()
+			tp, err := tracing.Setup(ctx, inv.getenv, webhookd.Version, m.Logger)
+			if err != nil {
+				return err
+			}
+			defer flushTraces(tp, m.Logger)
+			if tr := tp.Tracer(); tr != nil {
+				m.UseTracing(tr)
+				m.Logger.Info("tracing on: spans go over OTLP/HTTP", "endpoint", otlpEndpoint(inv.getenv))
+			}
 			if err := m.Start(ctx, roles); err != nil {
 				return err
 			}
@@ -65,6 +81,28 @@ func serveAs(roles Roles) func(*flagSet) action {
 			return m.Shutdown(shutdown)
 		}
 	}
+}
+
+// traceFlushTimeout bounds sending the last spans at exit.
+const traceFlushTimeout = 5 * time.Second
+
+// flushTraces sends the spans still waiting, within traceFlushTimeout.
+func flushTraces(tp *tracing.Provider, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), traceFlushTimeout)
+	defer cancel()
+	if err := tp.Shutdown(ctx); err != nil {
+		log.Warn("the last spans were not sent", "err", err)
+	}
+}
+
+// otlpEndpoint is where spans go, for the log: the traces' endpoint, the
+// general one, or the exporter's default, with any credentials hidden.
+func otlpEndpoint(getenv func(string) string) string {
+	e := cmp.Or(getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"), getenv("OTEL_EXPORTER_OTLP_ENDPOINT"), "http://localhost:4318")
+	if r, ok := redactURL(e); ok {
+		return r
+	}
+	return "(not a URL)"
 }
 
 // runMigrate applies the migrations.

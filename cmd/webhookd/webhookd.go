@@ -22,6 +22,7 @@ import (
 	"github.com/webhookd/webhookd/dispatcher"
 	"github.com/webhookd/webhookd/internal/redisbatch"
 	"github.com/webhookd/webhookd/internal/redisurl"
+	"github.com/webhookd/webhookd/internal/tracing"
 	"github.com/webhookd/webhookd/storage"
 	"github.com/webhookd/webhookd/wire"
 )
@@ -48,6 +49,9 @@ type Main struct {
 	// SearchPath, when set, makes every database connection work in that
 	// schema (tests).
 	SearchPath string
+	// Tracer, when set before Start, traces the API's requests and event
+	// writes and the worker's attempts (UseTracing); nil: no tracing.
+	Tracer *tracing.Tracer
 
 	API       *api.Server
 	Dashboard *dashboard.Server
@@ -66,6 +70,15 @@ func NewMain(cfg Config, logOut io.Writer) *Main {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return &Main{Config: cfg, Registry: reg, Logger: newLogger(cfg.LogFormat, cfg.LogLevel, logOut)}
+}
+
+// UseTracing makes the process trace with tr (nil: off), its log lines
+// logged with a span's context carrying trace_id and span_id. It is
+// called before Start.
+func (m *Main) UseTracing(tr *tracing.Tracer) {
+	if tr != nil {
+		m.Tracer, m.Logger = tr, tr.Logger(m.Logger)
+	}
 }
 
 // OpenDB connects to PostgreSQL. An error reaching it names
@@ -145,7 +158,7 @@ func (m *Main) Start(ctx context.Context, roles Roles) error {
 		EndpointInitialLimit: m.Config.EndpointInitialLimit, ReconcileInterval: m.Config.ReconcileInterval,
 		HTTP: wire.HTTPConfig{ConnectTimeout: m.Config.ConnectTimeout, ResponseTimeout: m.Config.ResponseTimeout,
 			AllowPrivateNetworks: m.Config.AllowPrivateNetworks},
-		Retention: m.Config.Retention, Circuit: circuit, Logger: m.Logger, Metrics: m.Registry}
+		Retention: m.Config.Retention, Circuit: circuit, Logger: m.Logger, Metrics: m.Registry, Tracer: m.Tracer}
 	m.Queue = dispatcher.NewQueue(batched, wcfg.Queue, wcfg.WithDefaults().TaskTimeout())
 	if roles.Worker {
 		var deliverer *dispatcher.Deliverer
@@ -173,7 +186,7 @@ func (m *Main) Start(ctx context.Context, roles Roles) error {
 		srv, err := api.New(api.Config{DB: m.DB, Redis: batched, Enqueuer: m.Queue, Logger: m.Logger, Metrics: m.Registry,
 			MaxPayloadBytes: m.Config.MaxPayloadBytes, MaxBatchBytes: m.Config.MaxBatchBytes,
 			AllowPrivateNetworks: m.Config.AllowPrivateNetworks, TrustedProxies: proxies,
-			RequestTimeout: m.Config.RequestTimeout, PortalBaseURL: m.Config.portalBaseURL()})
+			RequestTimeout: m.Config.RequestTimeout, PortalBaseURL: m.Config.portalBaseURL(), Tracer: m.Tracer})
 		if err != nil {
 			return err
 		}
