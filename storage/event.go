@@ -60,8 +60,10 @@ type eventRows struct {
 	ids, projects, types, data []string
 	ext                        []*string
 	at                         []time.Time
-	// traceParents are the events' NewEvent.TraceParent ("" for none):
-	// not among args, which the operational events' statement takes too.
+	// traceParents are the events' NewEvent.TraceParent ("" for none),
+	// nil until one has one: without tracing, nothing is added or sent
+	// (the statement's unnest pads what it lacks with NULLs). Not among
+	// args, which the operational events' statement takes too.
 	traceParents []string
 	deliveries   deliveryRows
 }
@@ -75,7 +77,12 @@ func (r *eventRows) add(projectID string, evs []NewEvent, targets [][]string, fi
 		ids[i] = newID(prefixEvent)
 		r.ids, r.projects, r.types = append(r.ids, ids[i]), append(r.projects, projectID), append(r.types, ev.Type)
 		r.data, r.ext, r.at = append(r.data, string(ev.Data)), append(r.ext, ev.ExternalID), append(r.at, now)
-		r.traceParents = append(r.traceParents, ev.TraceParent)
+		if ev.TraceParent != "" || r.traceParents != nil {
+			for len(r.traceParents) < len(r.ids)-1 { // the events before it had none
+				r.traceParents = append(r.traceParents, "")
+			}
+			r.traceParents = append(r.traceParents, ev.TraceParent)
+		}
 	}
 	return r.deliveries.add(projectID, evs, ids, targets, fifo, now)
 }
@@ -89,7 +96,7 @@ func (r *eventRows) mark() rowsMark { return rowsMark{len(r.ids), len(r.deliveri
 func (r *eventRows) truncate(m rowsMark) {
 	r.ids, r.projects, r.types = r.ids[:m.events], r.projects[:m.events], r.types[:m.events]
 	r.data, r.ext, r.at = r.data[:m.events], r.ext[:m.events], r.at[:m.events]
-	r.traceParents = r.traceParents[:m.events]
+	r.traceParents = r.traceParents[:min(len(r.traceParents), m.events)]
 	d, n := &r.deliveries, m.deliveries
 	d.ids, d.projects, d.events, d.endpoints = d.ids[:n], d.projects[:n], d.events[:n], d.endpoints[:n]
 	d.types, d.triggers, d.due, d.fifo = d.types[:n], d.triggers[:n], d.due[:n], d.fifo[:n]

@@ -298,7 +298,8 @@ func (db *DB) scanGroupStates(rows pgx.Rows, calls []*ingestCall) ([]groupState,
 // CTE); $14-$15 the external ids of the events to write, by request;
 // $16-$21 the events (eventRows.args) and $22 the request of each; $23-$30
 // their deliveries (deliveryRows.args) and $31 the request of each; $32
-// the events' trace parents ("" for none).
+// the events' trace parents ("" for none; NULL, or shorter than the
+// events, for none of the rest).
 //
 // A request writes nothing when its project's endpoints changed or an
 // external id of its events is taken; else it claims its key as claimKey

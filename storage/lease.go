@@ -384,7 +384,7 @@ func recordArgs(rs []Record) []any {
 		aDurations                                                 = make([]*int64, n)
 		aStarted                                                   = make([]*time.Time, n)
 		aReqH, aRespH                                              = make([]*string, n), make([]*string, n)
-		aTraceIDs                                                  = make([]string, n)
+		aTraceIDs                                                  []string // nil until an attempt has one (tracing off: none)
 	)
 	for i, r := range rs {
 		l, t, d := r.Lease, r.Transition, r.Lease.Delivery
@@ -405,7 +405,12 @@ func recordArgs(rs []Record) []any {
 			rh, sh := headersJSON(a.RequestHeaders), headersJSON(a.ResponseHeaders)
 			aNumbers[i], aReqIDs[i], aURLs[i], aTriggers[i], aBodies[i] = &num, &a.RequestID, &a.URL, &a.Trigger, &a.ResponseBody
 			aDurations[i], aStarted[i], aReqH[i], aRespH[i] = &dur, &a.StartedAt, &rh, &sh
-			aTraceIDs[i] = a.TraceID
+			if a.TraceID != "" {
+				if aTraceIDs == nil {
+					aTraceIDs = make([]string, n)
+				}
+				aTraceIDs[i] = a.TraceID
+			}
 		}
 		switch {
 		case t.Status == webhookd.DeliveryDeadLetter && d.Status != webhookd.DeliveryDeadLetter:

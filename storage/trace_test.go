@@ -15,7 +15,7 @@ import (
 // with is what its delivery's claim reads (the parent of the attempt's
 // span), and the trace id an attempt is recorded with is what the
 // delivery shows; an event written without one has none, and neither has
-// its attempt.
+// its attempt, wherever it stands among traced ones in one write.
 func TestTraceGoesFromEventToAttempt(t *testing.T) {
 	t.Parallel()
 	db := testenv.DB(t)
@@ -26,32 +26,35 @@ func TestTraceGoesFromEventToAttempt(t *testing.T) {
 	}
 	const tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 	now := time.Now().UTC()
-	evs, err := s.CreateEvents(ctx, project, []storage.NewEvent{{Type: "a", Data: json.RawMessage("1"), TraceParent: tp},
-		{Type: "a", Data: json.RawMessage("2")}}, now, func(int) string { return "" })
+	evs, err := s.CreateEvents(ctx, project, []storage.NewEvent{{Type: "a", Data: json.RawMessage("0")},
+		{Type: "a", Data: json.RawMessage("1"), TraceParent: tp}, {Type: "a", Data: json.RawMessage("2")}}, now,
+		func(int) string { return "" })
 	if err != nil {
 		t.Fatal(err)
 	}
-	traced, untraced := evs[0].Deliveries[0].ID, evs[1].Deliveries[0].ID
+	before, traced, untraced := evs[0].Deliveries[0].ID, evs[1].Deliveries[0].ID, evs[2].Deliveries[0].ID
 	ls, err := db.ClaimDeliveries(ctx, now, now.Add(time.Minute), []storage.Claim{
-		{DeliveryID: traced, Token: storage.NewRequestID()}, {DeliveryID: untraced, Token: storage.NewRequestID()}})
+		{DeliveryID: untraced, Token: storage.NewRequestID()}, {DeliveryID: traced, Token: storage.NewRequestID()},
+		{DeliveryID: before, Token: storage.NewRequestID()}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ls[0].TraceParent != tp || ls[1].TraceParent != "" {
-		t.Fatalf("claims read trace parents %q and %q, want %q and none", ls[0].TraceParent, ls[1].TraceParent, tp)
+	if ls[0].TraceParent != "" || ls[1].TraceParent != tp || ls[2].TraceParent != "" {
+		t.Fatalf("claims read trace parents %q, %q and %q, want none, %q and none", ls[0].TraceParent, ls[1].TraceParent,
+			ls[2].TraceParent, tp)
 	}
 	code := 200
 	var rs []storage.Record
-	for i, traceID := range []string{"0af7651916cd43dd8448eb211c80319c", ""} {
+	for i, traceID := range []string{"", "0af7651916cd43dd8448eb211c80319c", ""} {
 		a := webhookd.Attempt{DeliveryID: ls[i].Delivery.ID, Number: 1, RequestID: ls[i].Token, URL: "http://127.0.0.1:9/",
 			Trigger: webhookd.TriggerAuto, StatusCode: &code, StartedAt: now, TraceID: traceID}
 		rs = append(rs, storage.Record{Lease: &ls[i], Attempt: &a,
 			Transition: storage.Transition{Status: webhookd.DeliverySucceeded, Auto: true, Now: now}})
 	}
-	if applied, _, err := db.RecordAttempts(ctx, rs); err != nil || !applied[0] || !applied[1] {
+	if applied, _, err := db.RecordAttempts(ctx, rs); err != nil || !applied[0] || !applied[1] || !applied[2] {
 		t.Fatalf("records applied %v, %v", applied, err)
 	}
-	for id, want := range map[string]string{traced: "0af7651916cd43dd8448eb211c80319c", untraced: ""} {
+	for id, want := range map[string]string{before: "", traced: "0af7651916cd43dd8448eb211c80319c", untraced: ""} {
 		d, err := s.GetDelivery(ctx, project, id)
 		if err != nil {
 			t.Fatal(err)
