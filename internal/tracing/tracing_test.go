@@ -169,3 +169,20 @@ func TestLogLinesCarryTheSpan(t *testing.T) {
 		t.Fatalf("a line without a span has ids: %v", second)
 	}
 }
+
+// TestOffAllocatesNothing: while off, what the API and the worker call on
+// every request and attempt costs no allocation.
+func TestOffAllocatesNothing(t *testing.T) {
+	var tr *Tracer
+	ctx := context.Background()
+	h := http.Header{"Traceparent": {"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}}
+	if n := testing.AllocsPerRun(100, func() {
+		c, span := tr.Start(tr.Continue(tr.Extract(ctx, h), "x"), "attempt", trace.SpanKindClient)
+		tr.Inject(c, h)
+		_ = tr.TraceParent(c)
+		_, _ = IDs(c)
+		span.End()
+	}); n != 0 {
+		t.Fatalf("%v allocations a call while off", n)
+	}
+}
