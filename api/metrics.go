@@ -86,8 +86,11 @@ func (s *Server) instrument(h http.Handler) (http.Handler, error) {
 // /v1/events") and ends it with its status; a 5xx is an error.
 func endRequestSpan(span trace.Span, r *http.Request, code int) {
 	if r.Pattern != "" {
-		span.SetName(r.Pattern)
-		_, route, _ := strings.Cut(r.Pattern, " ")
+		method, route, ok := strings.Cut(r.Pattern, " ")
+		if !ok { // a pattern for every method ("/": no such route)
+			method, route = r.Method, method
+		}
+		span.SetName(method + " " + route)
 		span.SetAttributes(attribute.String("http.route", route))
 	}
 	span.SetAttributes(attribute.Int("http.response.status_code", code))

@@ -106,6 +106,31 @@ func TestEventRequestContinuesTheCallersTrace(t *testing.T) {
 	}
 }
 
+// TestRequestSpansAreNamedAfterTheirRoute: every API request is a span
+// named by method and route (the pattern, not the path), and the catch-all
+// of unknown paths too.
+func TestRequestSpansAreNamedAfterTheirRoute(t *testing.T) {
+	t.Parallel()
+	exp := tracetest.NewInMemoryExporter()
+	h := newHarness(t, func(c *api.Config) {
+		c.Tracer = tracing.New(sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp)))
+	})
+	expectStatus(t, h.do(req{method: "GET", path: "/v1/events/evt_nope"}), http.StatusNotFound)
+	expectStatus(t, h.do(req{method: "GET", path: "/v1/nothing/here"}), http.StatusNotFound)
+	for name, route := range map[string]string{"GET /v1/events/{id}": "/v1/events/{id}", "GET /": "/"} {
+		s := spansNamed(t, exp, name, 1)[0]
+		var got string
+		for _, a := range s.Attributes {
+			if a.Key == "http.route" {
+				got = a.Value.AsString()
+			}
+		}
+		if got != route {
+			t.Errorf("span %s has http.route %q, want %q", name, got, route)
+		}
+	}
+}
+
 // TestNoTraceKeptWithoutATracer: with tracing off a caller's traceparent
 // is not read, and the event keeps none.
 func TestNoTraceKeptWithoutATracer(t *testing.T) {
