@@ -202,7 +202,10 @@ func (h *Hub) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	if a.Error != "" {
+	switch {
+	case a.Timeout:
+		return nil, timeoutError{}
+	case a.Error != "":
 		return nil, &ListenerError{Message: a.Error}
 	}
 	return &http.Response{Status: strconv.Itoa(a.Status) + " " + http.StatusText(a.Status), StatusCode: a.Status,
@@ -225,9 +228,8 @@ func (h *Hub) await(ctx context.Context, project, name, queue, id string, payloa
 			return Response{}, timeoutError{}
 		}
 		// BLPOP's wait is whole seconds: the last one may pass the
-		// deadline by less than a second, which the attempt's own bound
-		// (its context) cuts.
-		res, err := h.rdb.BLPop(ctx, min(left, time.Second), h.answerKey(id)).Result()
+		// deadline by less than a second.
+		res, err := h.rdb.BLPop(ctx, time.Second, h.answerKey(id)).Result()
 		switch {
 		case errors.Is(err, redis.Nil):
 			listening, err := h.Listening(ctx, project, name)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -178,7 +179,9 @@ func (l *Listener) forward(ctx context.Context, m Request) Response {
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
-		return Response{ID: m.ID, Error: "POST " + l.ForwardTo + ": " + err.Error()}
+		var ne net.Error
+		timeout := errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
+		return Response{ID: m.ID, Error: m.Method + " " + l.ForwardTo + ": " + err.Error(), Timeout: timeout}
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxBody))

@@ -26,6 +26,9 @@ type Response struct {
 	Header http.Header `json:"header,omitempty"`
 	Body   []byte      `json:"body,omitempty"`
 	Error  string      `json:"error,omitempty"`
+	// Timeout: the local receiver did not answer by the request's
+	// deadline (the attempt records a response timeout).
+	Timeout bool `json:"timeout,omitempty"`
 }
 
 // maxBody is the most of a local receiver's body a listener sends back
