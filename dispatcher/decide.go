@@ -209,10 +209,10 @@ func isRelay(url string) bool {
 // network error, on the schedule, rather than waiting for a wake-up that
 // may not come.
 func (d *Deliverer) listening(ctx context.Context, l *storage.Lease) bool {
-	name, _ := webhookd.RelayName(l.Endpoint.URL)
 	if d.relays == nil {
 		return false
 	}
+	name, _ := webhookd.RelayName(l.Endpoint.URL)
 	ok, err := d.relays.Listening(ctx, l.Endpoint.ProjectID, name)
 	return ok || err != nil
 }
