@@ -88,6 +88,7 @@ type Hub struct {
 
 	mu      sync.Mutex
 	streams map[string]int // relay key → streams of this process; an entry leaves with its last stream
+	closed  bool           // Close was called: no new stream
 	running sync.WaitGroup
 }
 
@@ -105,8 +106,22 @@ func New(cfg Config) (*Hub, error) {
 // to another API process or to this one once it is back) and waits for
 // them to finish.
 func (h *Hub) Close() {
+	h.mu.Lock()
+	h.closed = true
+	h.mu.Unlock()
 	h.stop()
 	h.running.Wait()
+}
+
+// admit counts a new stream in running, unless the Hub is closed.
+func (h *Hub) admit() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return false
+	}
+	h.running.Add(1)
+	return true
 }
 
 // key is the prefix of relay name of project's keys; the braces keep them

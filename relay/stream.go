@@ -23,6 +23,11 @@ import (
 func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, project, name string) {
 	// The server's read and write timeouts would cut a stream that lasts:
 	// the stream keeps itself alive with pings instead.
+	if !h.admit() {
+		http.Error(w, "webhookd is shutting down", http.StatusServiceUnavailable)
+		return
+	}
+	defer h.running.Done()
 	rc := http.NewResponseController(w)
 	rc.SetReadDeadline(time.Time{})
 	rc.SetWriteDeadline(time.Time{})
@@ -31,8 +36,6 @@ func (h *Hub) Serve(w http.ResponseWriter, r *http.Request, project, name string
 		return // Accept answered the request
 	}
 	conn.SetReadLimit(maxMessage)
-	h.running.Add(1)
-	defer h.running.Done()
 	s := &stream{hub: h, conn: conn, project: project, name: name, pending: map[string]struct{}{},
 		slots: make(chan struct{}, h.cfg.InFlight)}
 	s.run()
