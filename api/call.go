@@ -40,9 +40,14 @@ type handlerFunc func(c *call) (int, any, error)
 // handle registers pattern with request ids, auth and the rate limit in
 // front of h.
 func (s *Server) handle(pattern string, h func(http.ResponseWriter, *http.Request, *call)) {
+	s.handleOn(s.mux, pattern, h)
+}
+
+// handleOn is handle on mux.
+func (s *Server) handleOn(mux *http.ServeMux, pattern string, h func(http.ResponseWriter, *http.Request, *call)) {
 	s.patterns = append(s.patterns, pattern)
 	wildcards := pathWildcards(pattern)
-	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		c := &call{r: r, ctx: r.Context(), requestID: requestIDOf(r), header: http.Header{}}
 		w.Header().Set("X-Request-Id", c.requestID)
 		project, authErr, limited := s.authenticate(w, c)

@@ -108,14 +108,20 @@ func (s *Server) validateEndpoint(in *endpointInput, present map[string]bool) er
 	return nil
 }
 
-// validateURL accepts the URLs an HTTP client can dial
-// (webhookd.ParseEndpointURL). Unless private networks are allowed, a host
+// validateURL accepts relay URLs (relay://NAME: nothing is dialled for
+// them, so the address rules below do not apply) and the URLs an HTTP
+// client can dial (webhookd.ParseEndpointURL). Unless private networks are allowed, a host
 // that is a literal loopback, private, link-local, multicast or unspecified
 // address, or localhost, is refused here too (the dial-time guard still
 // checks every resolved address). It returns raw with its scheme in lower
 // case (schemes are case-insensitive, RFC 3986 §3.1: HTTPS://x is
 // https://x), and otherwise as given.
 func (s *Server) validateURL(raw string) (string, error) {
+	if _, ok := webhookd.RelayName(raw); ok {
+		return raw, nil
+	} else if strings.HasPrefix(raw, webhookd.RelayScheme+"://") {
+		return "", webhookd.Invalid("url", "a relay URL is relay://NAME, NAME 1 to 64 characters of A-Z a-z 0-9 _ -")
+	}
 	u, err := webhookd.ParseEndpointURL(raw)
 	if err != nil {
 		return "", err

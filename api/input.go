@@ -178,6 +178,8 @@ func (s *Server) noRoute(c *call) (int, any, error) {
 		probe.Method = m
 		if _, pattern := s.mux.Handler(probe); pattern != "" && pattern != "/" {
 			allow = append(allow, m)
+		} else if _, pattern := s.streams.Handler(probe); pattern != "" {
+			allow = append(allow, m)
 		}
 	}
 	if len(allow) == 0 {

@@ -83,6 +83,17 @@ type Config struct {
 	// events keep for their attempts; default nil: no tracing. Log lines
 	// carry the ids when Logger is Tracer.Logger's.
 	Tracer *tracing.Tracer
+	// Relay holds the streams of `webhookd listen` (GET
+	// /v1/relays/{name}/stream; package relay's Hub); nil: that route
+	// answers 404 not_found.
+	Relay RelayStreams
+}
+
+// RelayStreams serves a `webhookd listen` stream for an authenticated
+// project's relay: it takes the connection over (a WebSocket) until the
+// stream ends.
+type RelayStreams interface {
+	Serve(w http.ResponseWriter, r *http.Request, project, name string)
 }
 
 // WithDefaults fills zero values.
@@ -176,6 +187,10 @@ type Server struct {
 	schemas *schemaCache       // the event-type catalog's schemas (schemas.go)
 	stop    context.CancelFunc // ends the key-revocation watch
 	mux     *http.ServeMux
+	// streams are the routes that take their connection over (relay
+	// streams): served with auth and the rate limit, outside the request
+	// bound and the buffered answer of handler.
+	streams *http.ServeMux
 	handler http.Handler // mux, counted (metrics.go), bounded in time (timeout.go)
 	// patterns are the routes registered, in order (for the test that
 	// holds them and the OpenAPI document together).
@@ -234,6 +249,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeBody(w, status, body)
 		return
 	}
+	if _, pattern := s.streams.Handler(r); pattern != "" {
+		s.streams.ServeHTTP(w, r) // which sets the path's values, as Handler does not
+		return
+	}
 	s.handler.ServeHTTP(w, r)
 }
 
@@ -242,6 +261,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (s *Server) RedisDegraded() bool { return s.limiter.gate.down() || s.handoff.down() }
 
 func (s *Server) routes() {
+	if s.streams == nil {
+		s.streams = http.NewServeMux()
+	}
 	p := s.cfg.MaxPayloadBytes
 	s.handle("POST /v1/events", s.events(p, false))
 	s.handle("POST /v1/events/batch", s.events(s.cfg.MaxBatchBytes, true))
@@ -266,6 +288,7 @@ func (s *Server) routes() {
 	s.handle("GET /v1/event-types/{name}", s.plain(s.getEventType))
 	s.handle("PATCH /v1/event-types/{name}", s.withBody(p, s.patchEventType))
 	s.handle("DELETE /v1/event-types/{name}", s.plain(s.deleteEventType))
+	s.handleOn(s.streams, "GET /v1/relays/{name}/stream", s.relayStream)
 	s.public("GET /v1/openapi.json", serveOpenAPI)
 	s.handle("/", s.plain(s.noRoute)) // 404, or 405 with Allow
 }

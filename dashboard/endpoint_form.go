@@ -162,10 +162,13 @@ func (s *Server) readEndpointForm(w http.ResponseWriter, r *http.Request) (endpo
 	return f, types, ""
 }
 
-// checkEndpointURL applies the API's rules for endpoint URLs
-// (webhookd.ParseEndpointURL, and no local or private host unless
-// Config.AllowPrivateNetworks).
+// checkEndpointURL applies the API's rules for endpoint URLs (a relay's
+// relay://NAME, or webhookd.ParseEndpointURL and no local or private host
+// unless Config.AllowPrivateNetworks).
 func (s *Server) checkEndpointURL(raw string) string {
+	if _, ok := webhookd.RelayName(raw); ok { // `webhookd listen`'s: nothing is dialled
+		return ""
+	}
 	u, err := webhookd.ParseEndpointURL(raw)
 	if err != nil {
 		return "The URL must be an absolute http or https address that can be reached, such as https://example.com/webhooks."

@@ -375,6 +375,14 @@ func TestPortalActsOnItsOwnProject(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || parseHTML(t, body).Find("#previous-secret").Text() != updated.Secret {
 		t.Fatalf("rotate: %d", resp.StatusCode)
 	}
+	// A relay endpoint (`webhookd listen`'s) is made and shown like any.
+	resp, _ = f.do(c, "POST", base+"/endpoints", url.Values{"url": {"relay://laptop"}}, nil)
+	if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(resp.Header.Get("Location"), base+"/endpoints/ep_") {
+		t.Fatalf("create a relay endpoint: %d %q", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	if _, body = f.do(c, "GET", base+"/endpoints", nil, nil); !strings.Contains(body, "relay://laptop") {
+		t.Fatal("the endpoints page does not show the relay endpoint")
+	}
 
 	// The catalog, with schema and example.
 	_, body = f.do(c, "GET", base+"/event-types", nil, nil)

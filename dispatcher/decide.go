@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"context"
 	"time"
 
 	"github.com/webhookd/webhookd"
@@ -50,6 +51,10 @@ type Facts struct {
 	// FIFO: the delivery has a place in its ordered endpoint's queue;
 	// Behind: a delivery ahead of it there is still waiting.
 	FIFO, Behind bool
+	// Relay: the endpoint is a relay (relay://NAME); Listening: a
+	// `webhookd listen` is connected to it (read from Redis, a cache: wrong,
+	// it only delays a delivery, which a listener's wake-up corrects).
+	Relay, Listening bool
 }
 
 // Verdict is what an attempt does.
@@ -112,6 +117,15 @@ func Decide(f Facts) Action {
 		return Action{Verdict: Refuse}
 	case f.EndpointOff:
 		return Action{Verdict: DeadLetter, Reason: webhookd.ReasonEndpointDisabled}
+	case f.Relay && !f.Listening && !f.Kind.person():
+		// Nobody listens: it waits, as behind an open circuit, without an
+		// attempt, until a listener connects (which wakes it:
+		// storage.WakeRelay) or its window ends. A person's attempt is
+		// made, and fails at once for want of a listener.
+		if end := f.CreatedAt.Add(f.Window); end.After(f.Now) {
+			return Action{Verdict: Wait, At: end, Reason: webhookd.WaitingCircuitOpen}
+		}
+		return Action{Verdict: DeadLetter, Reason: webhookd.ReasonExhausted}
 	case f.Kind == KindManual && f.FIFO && f.Behind && waiting:
 		// A redelivery does not reorder an ordered queue: the delivery
 		// is due at once, and goes when its turn comes.
@@ -179,5 +193,26 @@ func (d *Deliverer) facts(r Request, l *storage.Lease, now time.Time) Facts {
 		ManualPending: l.ManualRequest != nil && *l.ManualRequest == r.RequestID,
 		EndpointOff:   l.EndpointDeleted || ep.Status != webhookd.EndpointActive,
 		Circuit:       ep.Circuit, ProbeAt: ep.ProbeAt, Breaker: d.circuit.After > 0,
-		FirstProbe: storage.ProbeWait(d.circuit.Probes, 0), Window: d.schedule.Window(), FIFO: l.FIFO, Behind: l.Behind}
+		FirstProbe: storage.ProbeWait(d.circuit.Probes, 0), Window: d.schedule.Window(), FIFO: l.FIFO, Behind: l.Behind,
+		Relay: isRelay(ep.URL)}
+}
+
+// isRelay tells whether url is a relay endpoint's.
+func isRelay(url string) bool {
+	_, ok := webhookd.RelayName(url)
+	return ok
+}
+
+// listening tells whether a listener is connected to the relay endpoint
+// of l (Facts.Listening): never without Relays. Without an answer (Redis
+// unreachable) it says yes: the attempt is then made and fails like a
+// network error, on the schedule, rather than waiting for a wake-up that
+// may not come.
+func (d *Deliverer) listening(ctx context.Context, l *storage.Lease) bool {
+	if d.relays == nil {
+		return false
+	}
+	name, _ := webhookd.RelayName(l.Endpoint.URL)
+	ok, err := d.relays.Listening(ctx, l.Endpoint.ProjectID, name)
+	return ok || err != nil
 }

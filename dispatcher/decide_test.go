@@ -98,6 +98,24 @@ func TestDecide(t *testing.T) {
 		}), send},
 		{"ordered head with an open circuit waits for the probe", with(func(f *Facts) { f.FIFO = true; open(time.Minute)(f) }),
 			wait(now.Add(-time.Minute+window), webhookd.WaitingCircuitOpen)},
+
+		// Relay endpoints: without a listener, as behind an open circuit.
+		{"relay with a listener: send", with(func(f *Facts) { f.Relay, f.Listening = true, true }), send},
+		{"relay, nobody listening: wait until the window's end (a listener wakes it)", with(func(f *Facts) { f.Relay = true }),
+			wait(now.Add(-time.Minute+window), webhookd.WaitingCircuitOpen)},
+		{"relay, nobody listening, window passed: dead letter", with(func(f *Facts) { f.Relay, f.CreatedAt = true, now.Add(-window) }),
+			dead(webhookd.ReasonExhausted)},
+		{"relay, nobody listening, breaker off: waits all the same", with(func(f *Facts) { f.Relay, f.Breaker = true, false }),
+			wait(now.Add(-time.Minute+window), webhookd.WaitingCircuitOpen)},
+		{"relay, nobody listening, circuit open with its probe due: no probe spent", with(func(f *Facts) { f.Relay = true; open(0)(f) }),
+			wait(now.Add(-time.Minute+window), webhookd.WaitingCircuitOpen)},
+		{"relay, nobody listening, manual attempt: made (it fails for want of a listener)", with(func(f *Facts) {
+			f.Relay, f.Kind = true, KindManual
+		}), send},
+		{"relay, nobody listening, test event: made", with(func(f *Facts) { f.Relay, f.Kind = true, KindTest }), send},
+		{"relay, nobody listening, endpoint disabled: dead letter as any", with(func(f *Facts) { f.Relay, f.EndpointOff = true, true }),
+			dead(webhookd.ReasonEndpointDisabled)},
+		{"relay with a listener, circuit open: the probe as any", with(func(f *Facts) { f.Relay, f.Listening = true, true; open(0)(f) }), probe},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

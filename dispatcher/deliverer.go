@@ -45,6 +45,13 @@ type Deliverer struct {
 	alive          *liveness // when its heartbeat last landed; nil: not known
 	circuit        storage.CircuitConfig
 	tracer         *tracing.Tracer // nil: tracing off
+	relays         Relays          // nil: no relay has a listener
+}
+
+// Relays tells whether a relay endpoint (relay://NAME of a project) has a
+// `webhookd listen` connected: package relay's Hub.
+type Relays interface {
+	Listening(ctx context.Context, project, name string) (bool, error)
 }
 
 // RetryAt asks the queue to run the task again at a time: the next
@@ -191,7 +198,11 @@ func (d *Deliverer) attempt(ctx context.Context, r Request) (Result, error) {
 		d.gate.learn(l.Delivery.EndpointID, l.MaxInFlight, l.Endpoint.RateLimitPerSecond)
 		d.gate.markCircuit(l.Delivery.EndpointID, l.Endpoint.Circuit != webhookd.CircuitClosed, now)
 	}
-	act := Decide(d.facts(r, &l, now))
+	f := d.facts(r, &l, now)
+	if f.Relay && f.Held {
+		f.Listening = d.listening(ctx, &l)
+	}
+	act := Decide(f)
 	del := l.Delivery
 	switch act.Verdict {
 	case Skip:
@@ -547,7 +558,7 @@ func (d *Deliverer) request(ctx context.Context, l *storage.Lease, trigger strin
 	if ep.PreviousSecret != nil && ep.PreviousExpiresAt != nil && ep.PreviousExpiresAt.After(a.StartedAt) {
 		secrets = append(secrets, *ep.PreviousSecret)
 	}
-	return d.sender.Send(ctx, l.Event, secrets, a)
+	return d.sender.Send(webhookd.WithProject(ctx, ep.ProjectID), l.Event, secrets, a) // a relay is named within its project
 }
 
 // orNil is what p points at, or nil, for a log line.

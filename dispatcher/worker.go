@@ -66,6 +66,10 @@ type Config struct {
 	// DefaultCircuit. Circuit.After < 0 turns the breaker off,
 	// DisableAfter < 0 auto-disable.
 	Circuit storage.CircuitConfig
+	// Relays says which relay endpoints have a listener, and HTTP.Relay
+	// carries their requests (package relay); nil: a relay endpoint's
+	// deliveries wait as if nobody listened.
+	Relays Relays
 	// Jobs runs background jobs (dead-letter replays); nil: none.
 	Jobs    func(ctx context.Context, jobID string) error
 	Clock   webhookd.Clock        // default webhookd.SystemClock
@@ -218,7 +222,7 @@ func NewWorker(cfg Config) (*Worker, error) {
 		attemptTimeout: cfg.AttemptTimeout(), lease: cfg.Lease(),
 		gate: g, holder: newHolder(cfg.DB, q, g, clock, cfg.Logger, m.held), alive: newLiveness(), worker: storage.NewWorkerID(),
 		circuit: storage.CircuitConfig{After: max(cfg.Circuit.After, 0), Probes: cfg.Circuit.Probes,
-			DisableAfter: max(cfg.Circuit.DisableAfter, 0)}}
+			DisableAfter: max(cfg.Circuit.DisableAfter, 0)}, relays: cfg.Relays}
 	w := &Worker{cfg: cfg, Deliverer: d, Queue: q, holder: d.holder, warm: warm.New(time.Minute), slots: make(chan struct{}, cfg.Concurrency), alive: d.alive,
 		reconciler: &Reconciler{DB: cfg.DB, Queue: q, Interval: cfg.ReconcileInterval, Grace: cfg.ReconcileGrace,
 			Clock: clock, Logger: cfg.Logger, Observe: m.observeReconcile, Offered: m.offered.Add, Reenqueued: m.reenqueued.Add},

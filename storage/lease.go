@@ -505,13 +505,15 @@ const resetPlanSettings = `SELECT set_config(name, reset_val, true) FROM pg_sett
 // for an open circuit applies only while the circuit is still open, read
 // under the endpoint row's lock: a close that committed meanwhile (which
 // turns the circuit's waiters into waiters for room) leaves this one due
-// now instead, and false says so. Like a claim, it need not reach disk
+// now instead, and false says so. A relay endpoint's deliveries wait for a
+// listener whatever its circuit (a listener that connects wakes them:
+// WakeRelay). Like a claim, it need not reach disk
 // before the commit returns: lost in a crash, it is a lease that runs out.
 func (db *DB) ReleaseLease(ctx context.Context, deliveryID, token, reason string, at time.Time) (bool, error) {
 	var waits bool
 	err := db.pool.QueryRow(ctx, `WITH w AS (
 			SELECT $3 <> '' AND ($3 <> 'circuit_open' OR EXISTS (SELECT 1 FROM endpoints p, deliveries d
-				WHERE d.id = $1 AND p.id = d.endpoint_id AND p.circuit <> 'closed' FOR SHARE OF p)) AS waits
+				WHERE d.id = $1 AND p.id = d.endpoint_id AND (p.circuit <> 'closed' OR `+isRelay+`) FOR SHARE OF p)) AS waits
 		)
 		UPDATE deliveries SET lease_owner = NULL, lease_until = NULL,
 			next_attempt_at = CASE WHEN $3 = '' OR status NOT IN ('pending', 'retrying') THEN next_attempt_at

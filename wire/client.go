@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/internal/netguard"
 )
 
@@ -27,6 +28,9 @@ type HTTPConfig struct {
 	// AllowPrivateNetworks lifts the SSRF guard (see Allowed). Default false
 	// (WEBHOOKD_ALLOW_PRIVATE_NETWORKS).
 	AllowPrivateNetworks bool
+	// Relay carries the requests of relay endpoints (relay://NAME URLs) to
+	// their listeners (package relay); nil: such a request fails.
+	Relay http.RoundTripper
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -74,6 +78,9 @@ func NewHTTPClient(cfg HTTPConfig) *http.Client {
 		MaxIdleConns:          256,
 		MaxIdleConnsPerHost:   64, // ≥ worker concurrency, so a busy endpoint reuses connections
 		IdleConnTimeout:       90 * time.Second,
+	}
+	if cfg.Relay != nil { // the same signed request, through the relay: no address is dialled
+		transport.RegisterProtocol(webhookd.RelayScheme, cfg.Relay)
 	}
 	return &http.Client{
 		Transport: transport,

@@ -103,6 +103,14 @@ var commands = []*command{
 			"every try of one run sends the same Idempotency-Key. An --external-id sent before is the same event:\n" +
 			"send prints that event's id, says on stderr that nothing new was sent, and exits 0.",
 		setup: sendSetup},
+	{name: "listen", args: "--forward-to URL [--endpoint NAME] [--events TYPE,...]",
+		summary: "forward the deliveries of the relay endpoint relay://NAME to a local URL\n(WEBHOOKD_API_URL, WEBHOOKD_API_KEY); one line per delivery",
+		about: "It makes the endpoint relay://NAME (NAME defaults to listen) or reuses it, subscribed to --events\n" +
+			"(every type by default), and keeps a stream open to the API: each delivery arrives signed as for an\n" +
+			"HTTP endpoint, goes to --forward-to with its headers, and the local answer is recorded as the attempt.\n" +
+			"While no listen runs, the relay's deliveries wait without spending attempts. It connects again with\n" +
+			"backoff when the stream drops, and exits 0 on SIGINT or SIGTERM.",
+		setup: listenSetup},
 }
 
 // findCommand returns the command named name, or nil.

@@ -1,8 +1,9 @@
 // Command webhookd is the durable webhook delivery service: one binary that
 // runs the API (serve), the delivery worker (worker), both with the
 // dashboard (all), migrations (migrate), API keys (keys create, list,
-// revoke), the re-encryption of stored secrets (secrets reseal), and
-// sending one event through the Go client (send). cli.go holds the table
+// revoke), the re-encryption of stored secrets (secrets reseal),
+// sending one event through the Go client (send), and the forwarding of a relay
+// endpoint's deliveries to a local receiver (listen). cli.go holds the table
 // of commands that their help and parsing come from.
 package main
 

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/api"
 	"github.com/webhookd/webhookd/dashboard"
 	"github.com/webhookd/webhookd/deadletter"
@@ -23,6 +24,7 @@ import (
 	"github.com/webhookd/webhookd/internal/redisbatch"
 	"github.com/webhookd/webhookd/internal/redisurl"
 	"github.com/webhookd/webhookd/internal/tracing"
+	"github.com/webhookd/webhookd/relay"
 	"github.com/webhookd/webhookd/storage"
 	"github.com/webhookd/webhookd/wire"
 )
@@ -52,6 +54,12 @@ type Main struct {
 	// Tracer, when set before Start, traces the API's requests and event
 	// writes and the worker's attempts (UseTracing); nil: no tracing.
 	Tracer *tracing.Tracer
+
+	// Relay carries relay endpoints' deliveries to `webhookd listen`
+	// (streams in the API, attempts in the worker), on a Redis client of
+	// its own: its blocking reads hold connections.
+	Relay      *relay.Hub
+	relayRedis redis.UniversalClient
 
 	API       *api.Server
 	Dashboard *dashboard.Server
@@ -160,6 +168,10 @@ func (m *Main) Start(ctx context.Context, roles Roles) error {
 			AllowPrivateNetworks: m.Config.AllowPrivateNetworks},
 		Retention: m.Config.Retention, Circuit: circuit, Logger: m.Logger, Metrics: m.Registry, Tracer: m.Tracer}
 	m.Queue = dispatcher.NewQueue(batched, wcfg.Queue, wcfg.WithDefaults().TaskTimeout())
+	if err := m.openRelay(); err != nil {
+		return err
+	}
+	wcfg.Relays, wcfg.HTTP.Relay = m.Relay, m.Relay
 	if roles.Worker {
 		var deliverer *dispatcher.Deliverer
 		replayer := &deadletter.Replayer{DB: m.DB, Logger: m.Logger,
@@ -186,7 +198,8 @@ func (m *Main) Start(ctx context.Context, roles Roles) error {
 		srv, err := api.New(api.Config{DB: m.DB, Redis: batched, Enqueuer: m.Queue, Logger: m.Logger, Metrics: m.Registry,
 			MaxPayloadBytes: m.Config.MaxPayloadBytes, MaxBatchBytes: m.Config.MaxBatchBytes,
 			AllowPrivateNetworks: m.Config.AllowPrivateNetworks, TrustedProxies: proxies,
-			RequestTimeout: m.Config.RequestTimeout, PortalBaseURL: m.Config.portalBaseURL(), Tracer: m.Tracer})
+			RequestTimeout: m.Config.RequestTimeout, PortalBaseURL: m.Config.portalBaseURL(), Tracer: m.Tracer,
+			Relay: m.Relay})
 		if err != nil {
 			return err
 		}
@@ -200,6 +213,39 @@ func (m *Main) Start(ctx context.Context, roles Roles) error {
 		return m.startOps(!roles.NoDashboard)
 	}
 	return nil
+}
+
+// openRelay makes the relay hub on a Redis client of its own.
+func (m *Main) openRelay() error {
+	if m.Relay != nil {
+		return nil
+	}
+	opts, err := redisurl.Parse(m.Config.RedisURL)
+	if err != nil {
+		return fmt.Errorf("WEBHOOKD_REDIS_URL: %w", err)
+	}
+	opts.DefaultDialTimeout(2 * time.Second)
+	m.relayRedis = opts.NewClient()
+	m.Relay, err = relay.New(relay.Config{Redis: m.relayRedis, Wake: m.wakeRelay, Logger: m.Logger})
+	return err
+}
+
+// wakeRelay makes the deliveries of project's relay name that waited for a
+// listener due, and wakes their tasks (relay.Config.Wake). A wake that
+// fails is the stream's next heartbeat's.
+func (m *Main) wakeRelay(ctx context.Context, project, name string) {
+	ws, err := m.DB.WakeRelay(ctx, project, webhookd.RelayURL(name))
+	if err != nil {
+		m.Logger.Debug("waking a relay's deliveries failed; the stream's next heartbeat will", "relay", name, "err", err)
+		return
+	}
+	byEndpoint := map[string][]string{}
+	for _, w := range ws {
+		byEndpoint[w.EndpointID] = append(byEndpoint[w.EndpointID], w.DeliveryID)
+	}
+	for ep, ids := range byEndpoint {
+		m.Queue.Wake(ctx, ep, ids...)
+	}
 }
 
 // listen serves h on addr in the background and returns the bound address;
@@ -281,6 +327,9 @@ func (m *Main) Shutdown(ctx context.Context) error {
 		m.API.Close()
 	}
 	worker.Wait()
+	if m.Relay != nil { // after the worker: its attempts in flight had their listeners' streams
+		m.Relay.Close()
+	}
 	// requests_cut 0: every request in flight was answered; worker_drained:
 	// the attempts in flight finished and were recorded.
 	m.Logger.Info("shutdown complete", "took_ms", time.Since(start).Milliseconds(),
@@ -298,6 +347,12 @@ func (m *Main) Close() {
 	}
 	if m.Worker != nil {
 		m.Worker.Stop()
+	}
+	if m.Relay != nil {
+		m.Relay.Close()
+	}
+	if m.relayRedis != nil {
+		m.relayRedis.Close()
 	}
 	if m.Redis != nil {
 		m.Redis.Close()
