@@ -18,8 +18,9 @@ type benchDatabase struct {
 	adminURL string
 }
 
-// createDatabase makes webhookd_bench_<pid>_<n> on the server at adminURL.
-func createDatabase(ctx context.Context, adminURL, name string) (*benchDatabase, error) {
+// createDatabase makes webhookd_bench_<pid>_<n> on the server at adminURL,
+// a copy of the database template when one is named.
+func createDatabase(ctx context.Context, adminURL, name, template string) (*benchDatabase, error) {
 	u, err := url.Parse(adminURL)
 	if err != nil {
 		return nil, fmt.Errorf("database url: %w", err)
@@ -31,7 +32,11 @@ func createDatabase(ctx context.Context, adminURL, name string) (*benchDatabase,
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	// name is ours (webhookd_bench_<pid>_<n>), so it needs no quoting.
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+	create := "CREATE DATABASE " + name
+	if template != "" {
+		create += " TEMPLATE " + template // ours too
+	}
+	if _, err := conn.Exec(ctx, create); err != nil {
 		return nil, fmt.Errorf("create database %s: %w", name, err)
 	}
 	return &benchDatabase{Name: name, URL: u.String(), adminURL: adminURL}, nil

@@ -37,4 +37,5 @@ var scenarios = map[string]scenario{
 	"many-endpoints":    manyEndpointsScenario,
 	"fifo":              fifoScenario,
 	"circuit-rest":      circuitRestScenario,
+	"dashboard":         dashboardScenario,
 }
