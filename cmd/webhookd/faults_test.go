@@ -421,7 +421,7 @@ func TestReceiverFlapping(t *testing.T) {
 	}()
 
 	d.startLoad(100 * time.Millisecond)
-	waitFor(t, 30*time.Second, "two full cycles of the receiver", func() bool {
+	waitFor(t, 60*time.Second, "two full cycles of the receiver", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return seen[ok] > 0 && seen[fail] > 0 && seen[hang] > 0 && d.accepted() >= 160

@@ -295,10 +295,13 @@ func (d *drill) sendEvent(idem string, n int) (int, bool) {
 	return status, h != nil && h.Get("Idempotent-Replayed") == "true"
 }
 
-// startLoad posts one event every interval until stopLoad.
+// startLoad posts one event every interval until stopLoad, or until the
+// test ends: a drill that fails before its stopLoad must not leave posts
+// that report to a finished test (a panic that takes the package down).
 func (d *drill) startLoad(interval time.Duration) {
 	stop, done := make(chan struct{}), make(chan struct{})
-	d.stopLoad = func() { close(stop); <-done }
+	d.stopLoad = sync.OnceFunc(func() { close(stop); <-done })
+	d.t.Cleanup(d.stopLoad)
 	go func() {
 		defer close(done)
 		tick := time.NewTicker(interval)
