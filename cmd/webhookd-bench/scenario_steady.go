@@ -39,6 +39,10 @@ func runSteady(ctx context.Context, o *Options, seq int) (result, error) {
 			return result{}, err
 		}
 	}
+	mark, err := markStore(ctx, s.db.URL)
+	if err != nil {
+		return result{}, err
+	}
 	l := &ledger{}
 	p := poster{api: s.api, ledger: l, targets: []string{"steady"},
 		make: func(i int) eventIn { return eventIn{Type: "bench.steady", Data: map[string]int{"n": i}} }}
@@ -59,5 +63,10 @@ func runSteady(ctx context.Context, o *Options, seq int) (result, error) {
 		{Name: "latency p99", Unit: milliseconds, Value: percentile(st.Latencies, 0.99), Target: below(50, milliseconds)},
 		{Name: "events accepted/s", Unit: perSecond, Value: offered, Target: info},
 	}
+	cost, err := storeCost(ctx, s.db.URL, mark, l.Expected())
+	if err != nil {
+		return result{}, err
+	}
+	figs = append(figs, cost...)
 	return result{Figures: append(figs, common...), Notes: []string{note}}, nil
 }
