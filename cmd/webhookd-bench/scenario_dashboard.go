@@ -100,7 +100,7 @@ func runDashboard(ctx context.Context, o *Options, seq int) (result, error) {
 	var figs []figure
 	for _, p := range pages {
 		if p.path == "" { // no such page without a history
-			figs = append(figs, figure{Name: p.name + " p50", Unit: milliseconds, Value: math.NaN(), Target: none()},
+			figs = append(figs, figure{Name: p.name + " p50", Unit: milliseconds, Value: math.NaN(), Target: info},
 				figure{Name: p.name + " p99", Unit: milliseconds, Value: math.NaN(), Target: atMost(100, milliseconds)})
 			continue
 		}
@@ -114,8 +114,8 @@ func runDashboard(ctx context.Context, o *Options, seq int) (result, error) {
 		}
 		slices.Sort(ms)
 		figs = append(figs,
-			figure{Name: p.name + " p50", Unit: milliseconds, Value: percentile(ms, 50), Target: none()},
-			figure{Name: p.name + " p99", Unit: milliseconds, Value: percentile(ms, 99), Target: atMost(100, milliseconds)})
+			figure{Name: p.name + " p50", Unit: milliseconds, Value: percentile(ms, 0.50), Target: info},
+			figure{Name: p.name + " p99", Unit: milliseconds, Value: percentile(ms, 0.99), Target: atMost(100, milliseconds)})
 	}
 	return result{Figures: figs}, nil
 }

@@ -22,13 +22,20 @@ const historyTables = `SELECT relid FROM pg_partition_tree('events') WHERE islea
 	UNION ALL SELECT relid FROM pg_partition_tree('attempts') WHERE isleaf
 	UNION ALL SELECT relid FROM pg_partition_tree('dead_letters') WHERE isleaf`
 
-// markStore reads the mark of the database at url.
+// markStore reads the mark of the database at url, after a checkpoint:
+// the first change of a page after a checkpoint writes the whole page to
+// the WAL, so without one the WAL figure would depend on how long ago the
+// last was (a run whose database was just copied from a template starts
+// right after one).
 func markStore(ctx context.Context, url string) (storeMark, error) {
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		return storeMark{}, fmt.Errorf("store mark: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, `CHECKPOINT`); err != nil {
+		return storeMark{}, fmt.Errorf("store mark: %w", err)
+	}
 	var m storeMark
 	err = conn.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text,
 		coalesce(sum(pg_table_size(relid)), 0)::bigint, coalesce(sum(pg_indexes_size(relid)), 0)::bigint
