@@ -31,11 +31,6 @@ type metrics struct {
 	// closed and endpoints disabled by the breaker.
 	probes   prometheus.Counter
 	circuits *prometheus.CounterVec
-	// archivedDays counts days of history archived and dropped;
-	// archiveFailures, days kept because writing or verifying their
-	// archive failed, by stage.
-	archivedDays    prometheus.Counter
-	archiveFailures *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -87,14 +82,6 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "webhookd_dead_letter_replays_total",
 			Help: "Dead letters replayed by background jobs, by result (succeeded, failed).",
 		}, []string{"result"}),
-		archivedDays: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "webhookd_archive_days_total",
-			Help: "Days of history written to WEBHOOKD_ARCHIVE_DIR, verified and dropped.",
-		}),
-		archiveFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "webhookd_archive_failures_total",
-			Help: "Days of history kept because writing (write) or reading back (verify) their archive failed.",
-		}, []string{"stage"}),
 	}
 	for _, reason := range []string{webhookd.ReasonExhausted, webhookd.ReasonClientError, webhookd.ReasonRedirect, webhookd.ReasonEndpointDisabled} {
 		m.deadLetters.WithLabelValues(reason) // every series from the start, so rate() sees the first one
@@ -102,11 +89,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, t := range []string{"opened", "closed", "disabled"} {
 		m.circuits.WithLabelValues(t)
 	}
-	for _, stage := range []string{"write", "verify"} {
-		m.archiveFailures.WithLabelValues(stage)
-	}
 	for _, c := range []prometheus.Collector{m.attempts, m.duration, m.reconcile, m.offered, m.held, m.groups,
-		m.reenqueued, m.deadLetters, m.replays, m.probes, m.circuits, m.archivedDays, m.archiveFailures} {
+		m.reenqueued, m.deadLetters, m.replays, m.probes, m.circuits} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -62,10 +62,6 @@ type Config struct {
 	// purge runs; default 1h.
 	Retention         time.Duration
 	RetentionInterval time.Duration
-	// ArchiveDir, when set, is where retention writes each day of history
-	// (package archive) before it drops it; default none: days are
-	// dropped unwritten.
-	ArchiveDir string
 	// Circuit is the endpoints' circuit breaker and auto-disable; zero:
 	// DefaultCircuit. Circuit.After < 0 turns the breaker off,
 	// DisableAfter < 0 auto-disable.
@@ -231,8 +227,7 @@ func NewWorker(cfg Config) (*Worker, error) {
 		reconciler: &Reconciler{DB: cfg.DB, Queue: q, Interval: cfg.ReconcileInterval, Grace: cfg.ReconcileGrace,
 			Clock: clock, Logger: cfg.Logger, Observe: m.observeReconcile, Offered: m.offered.Add, Reenqueued: m.reenqueued.Add},
 		retention: &Retention{DB: cfg.DB, Keep: cfg.Retention, Interval: cfg.RetentionInterval, Clock: cfg.Clock,
-			Logger: cfg.Logger, ArchiveDir: cfg.ArchiveDir, Archived: m.archivedDays.Inc,
-			ArchiveFailed: func(stage string) { m.archiveFailures.WithLabelValues(stage).Inc() }}}
+			Logger: cfg.Logger}}
 	w.reconciler.Attempt = w.attemptInBackground
 	w.server = asynq.NewServerFromRedisClient(cfg.Redis, asynq.Config{
 		Concurrency:              cfg.Concurrency,
@@ -321,10 +316,6 @@ func (w *Worker) beat(ctx context.Context) {
 			"other processes void this worker's leases", "err", err, "last_landed_ago", ago, "ever_landed", ok)
 	}
 }
-
-// ArchiveStatus says "ok" while retention's archive works (or is off),
-// else which day it kept for a failed archive: a /readyz detail.
-func (w *Worker) ArchiveStatus() string { return w.retention.ArchiveStatus() }
 
 // ID is the worker process's id, which its heartbeat and leases carry.
 func (w *Worker) ID() string { return w.Deliverer.worker }

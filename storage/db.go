@@ -204,7 +204,7 @@ func (s *Store) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 
 // Unique-constraint names recognised at the boundary.
 const (
-	constraintExternalID = "event_external_ids_key"
+	constraintExternalID = "events_external_id_key"
 )
 
 // translate maps database errors to application errors: no rows becomes

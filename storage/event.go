@@ -119,7 +119,7 @@ func (d *deliveryRows) add(projectID string, evs []NewEvent, ids []string, targe
 		e := webhookd.Event{ID: ids[i], ProjectID: projectID, Type: ev.Type, Data: ev.Data,
 			ExternalID: ev.ExternalID, CreatedAt: now, Deliveries: make([]webhookd.DeliveryRef, 0, len(targets[i]))}
 		for _, ep := range targets[i] {
-			ref := webhookd.DeliveryRef{ID: newIDAt(prefixDelivery, e.ID), EndpointID: ep, Status: webhookd.DeliveryPending}
+			ref := webhookd.DeliveryRef{ID: newID(prefixDelivery), EndpointID: ep, Status: webhookd.DeliveryPending}
 			e.Deliveries = append(e.Deliveries, ref)
 			d.ids, d.projects, d.events = append(d.ids, ref.ID), append(d.projects, projectID), append(d.events, e.ID)
 			d.endpoints, d.types = append(d.endpoints, ep), append(d.types, e.Type)

@@ -22,13 +22,6 @@ func runBench(ctx context.Context, o *Options) (*report, error) {
 		return nil, err
 	}
 	rep := &report{Env: env, Options: o}
-	if o.History > 0 || o.BaselineHistory > 0 {
-		restore, err := historyConditions(ctx, o, &rep.Env)
-		if err != nil {
-			return nil, err
-		}
-		defer restore()
-	}
 	for _, name := range o.selected() {
 		s := &scenarioReport{Scenario: scenarios[name]}
 		if o.Baseline != "" {

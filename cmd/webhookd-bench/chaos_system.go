@@ -77,7 +77,7 @@ func startChaosSystem(ctx context.Context, o *chaosOptions) (_ *chaosSystem, err
 	if s.pg, err = startChaosPostgres(ctx); err != nil {
 		return nil, err
 	}
-	if s.db, err = createDatabase(ctx, s.pg.AdminURL(), "webhookd_chaos", ""); err != nil {
+	if s.db, err = createDatabase(ctx, s.pg.AdminURL(), "webhookd_chaos"); err != nil {
 		return nil, err
 	}
 	if s.redis, err = startRedis(ctx, s.dir); err != nil {

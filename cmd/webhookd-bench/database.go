@@ -18,9 +18,8 @@ type benchDatabase struct {
 	adminURL string
 }
 
-// createDatabase makes webhookd_bench_<pid>_<n> on the server at adminURL,
-// a copy of the database template when one is named.
-func createDatabase(ctx context.Context, adminURL, name, template string) (*benchDatabase, error) {
+// createDatabase makes webhookd_bench_<pid>_<n> on the server at adminURL.
+func createDatabase(ctx context.Context, adminURL, name string) (*benchDatabase, error) {
 	u, err := url.Parse(adminURL)
 	if err != nil {
 		return nil, fmt.Errorf("database url: %w", err)
@@ -32,22 +31,7 @@ func createDatabase(ctx context.Context, adminURL, name, template string) (*benc
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	// name is ours (webhookd_bench_<pid>_<n>), so it needs no quoting.
-	create := "CREATE DATABASE " + name
-	if template != "" {
-		create += " TEMPLATE " + template // ours too
-		// PostgreSQL 15's default strategy, WAL_LOG, writes every block of
-		// a history of gigabytes through the WAL: minutes per run, and WAL
-		// that the run's own checkpoints then flush. FILE_COPY copies the
-		// files after one checkpoint, before the run starts.
-		var version int
-		if err := conn.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&version); err != nil {
-			return nil, fmt.Errorf("create database %s: %w", name, err)
-		}
-		if version >= 150000 {
-			create += " STRATEGY FILE_COPY"
-		}
-	}
-	if _, err := conn.Exec(ctx, create); err != nil {
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
 		return nil, fmt.Errorf("create database %s: %w", name, err)
 	}
 	return &benchDatabase{Name: name, URL: u.String(), adminURL: adminURL}, nil

@@ -27,7 +27,6 @@ type environment struct {
 	Command  string
 
 	Candidate, Baseline string // with -baseline, each binary as describeBinary has it
-	History             string // with -history, the history's tables (historySize) and how they were measured
 }
 
 // describeEnvironment gathers everything but the Redis version. Only an

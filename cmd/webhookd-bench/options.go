@@ -64,10 +64,6 @@ type Options struct {
 	MaxInFlight       int // -max-in-flight; 100 (burst and steady endpoints; 0: never sent)
 	WorkerConcurrency int // -worker-concurrency; 0: webhookd's default
 
-	History         int // -history; 0: deliveries of history every run's database starts with (issue 34)
-	HistoryDays     int // -history-days; 14, the days the history spans up to now
-	BaselineHistory int // -baseline-history; -1: -history; the baseline's history (0 with -baseline the same binary: history against none)
-
 	StallTimeout time.Duration // -stall-timeout; 30s without a new receipt ends a wait
 	MaxWait      time.Duration // -max-wait; 10m, the longest wait for deliveries
 }
@@ -77,7 +73,7 @@ const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=
 
 // scenarioNames lists every scenario in the order they run.
 var scenarioNames = []string{"burst", "slow", "noisy", "steady", "scheduled", "ingest", "ingest-batch", "ingest-redis-down",
-	"one-slow", "capacity", "capacity-latency", "kill", "flush", "many-endpoints", "fifo", "circuit-rest", "dashboard"}
+	"one-slow", "capacity", "capacity-latency", "kill", "flush", "many-endpoints", "fifo", "circuit-rest"}
 
 // bind registers every option on fs with its default.
 func (o *Options) bind(fs *flag.FlagSet) {
@@ -126,12 +122,6 @@ func (o *Options) bind(fs *flag.FlagSet) {
 	fs.IntVar(&o.MaxInFlight, "max-in-flight", 100,
 		"max_in_flight sent for the burst and steady endpoints, so the per-endpoint cap is not what they measure (0: not sent)")
 	fs.IntVar(&o.WorkerConcurrency, "worker-concurrency", 0, "WEBHOOKD_WORKER_CONCURRENCY for every run (0: webhookd's default)")
-	fs.IntVar(&o.History, "history", 0,
-		"deliveries of history (2 per event, with their events, attempts and dead letters, over -history-days up to now) that every "+
-			"run's database starts with, copied from a template database generated once and kept (0: none)")
-	fs.IntVar(&o.HistoryDays, "history-days", 14, "the days the -history spans")
-	fs.IntVar(&o.BaselineHistory, "baseline-history", -1,
-		"the baseline's -history (-1: the same); -baseline bin/webhookd -history N -baseline-history 0 measures a history against none")
 	fs.DurationVar(&o.StallTimeout, "stall-timeout", 30*time.Second, "give up waiting for deliveries after this long without a new one")
 	fs.DurationVar(&o.MaxWait, "max-wait", 10*time.Minute, "give up waiting for deliveries after this long in all")
 }
@@ -140,9 +130,6 @@ func (o *Options) bind(fs *flag.FlagSet) {
 func (o *Options) forBaseline() *Options {
 	b := *o
 	b.Webhookd = o.Baseline
-	if o.BaselineHistory >= 0 {
-		b.History = o.BaselineHistory
-	}
 	return &b
 }
 

@@ -170,9 +170,6 @@ func (r *report) writeHeader(b *strings.Builder) {
 			"the candidate first in even ones; each median is the figure, each run's value is beside it, and "+
 			"the ratio is candidate / baseline |\n", r.Options.Runs)
 	}
-	if r.Env.History != "" {
-		fmt.Fprintf(b, "| history | %s |\n", r.Env.History)
-	}
 	fmt.Fprintf(b, "| asynq no-op ceiling | %s (runs: %s): asynq %s alone, %s tasks with TaskIDs enqueued one by one, "+
 		"then run by a server with concurrency %d and a handler that does nothing; measured before each repetition |\n",
 		format(r.Ceiling(), perSecond), values(r.Ceilings, perSecond), r.Env.Asynq, thousands(float64(r.Options.CeilingTasks)),

@@ -37,5 +37,4 @@ var scenarios = map[string]scenario{
 	"many-endpoints":    manyEndpointsScenario,
 	"fifo":              fifoScenario,
 	"circuit-rest":      circuitRestScenario,
-	"dashboard":         dashboardScenario,
 }

@@ -58,13 +58,7 @@ func prepareStack(ctx context.Context, opts *Options, seq int) (_ *stack, err er
 		return nil, err
 	}
 	name := fmt.Sprintf("webhookd_bench_%d_%d", os.Getpid(), seq)
-	var template string
-	if opts.History > 0 {
-		if template, err = historyTemplate(ctx, opts, opts.Webhookd, opts.History); err != nil {
-			return nil, err
-		}
-	}
-	if s.db, err = createDatabase(ctx, opts.DatabaseURL, name, template); err != nil {
+	if s.db, err = createDatabase(ctx, opts.DatabaseURL, name); err != nil {
 		return nil, err
 	}
 	if s.redis, err = startRedis(ctx, s.dir); err != nil {

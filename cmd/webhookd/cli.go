@@ -49,7 +49,7 @@ var (
 		"log-level", "log-format"}
 	workerSettings = []string{"database-url", "database-max-conns", "redis-url", "dashboard-addr", "encryption-key",
 		"allow-private-networks", "retry-schedule", "connect-timeout", "response-timeout", "retention",
-		"archive-dir", "worker-concurrency", "endpoint-initial-limit", "circuit-after", "circuit-probes", "endpoint-disable-after",
+		"worker-concurrency", "endpoint-initial-limit", "circuit-after", "circuit-probes", "endpoint-disable-after",
 		"reconcile-interval", "drain-timeout", "log-level", "log-format"}
 	allSettings = func() []string {
 		var all []string
@@ -111,21 +111,6 @@ var commands = []*command{
 			"While no listen runs, the relay's deliveries wait without spending attempts. It connects again with\n" +
 			"backoff when the stream drops, and exits 0 on SIGINT or SIGTERM.",
 		setup: listenSetup},
-	{name: "archive list",
-		summary:  "the days of history archived in WEBHOOKD_ARCHIVE_DIR, with their rows\nand whether their files verify against their manifests",
-		about:    "It reads the archive alone, no database. A day whose files do not verify is listed, and makes it exit 1.",
-		settings: []string{"archive-dir"}, setup: archiveList},
-	{name: "archive show", args: "ID", nargs: [2]int{1, 1},
-		summary: "print an archived delivery (dlv_), event (evt_) or dead letter (dl_) as JSON,\nwith its event and attempts",
-		about: "A delivery comes with its event, attempts and dead letter; an event with its deliveries and their\n" +
-			"attempts; a dead letter with its delivery, event and attempts. It reads the archive alone; an id\n" +
-			"no archived day holds exits 1.",
-		settings: []string{"archive-dir"}, setup: archiveShow},
-	{name: "archive replay", args: "DEAD_LETTER_ID", nargs: [2]int{1, 1},
-		summary: "send an archived dead letter's event again, to its endpoint, as a new event\nthrough the API (WEBHOOKD_API_URL, WEBHOOKD_API_KEY); prints the new event id",
-		about: "The event's type and data come from the archive; the new event goes to the dead letter's endpoint\n" +
-			"alone. An id no archived day holds, or a request the API refuses, exits 1.",
-		settings: []string{"archive-dir"}, setup: archiveReplay},
 }
 
 // findCommand returns the command named name, or nil.

@@ -25,7 +25,6 @@ type Config struct {
 	ConnectTimeout       time.Duration // WEBHOOKD_CONNECT_TIMEOUT; 10s
 	ResponseTimeout      time.Duration // WEBHOOKD_RESPONSE_TIMEOUT; 30s
 	Retention            time.Duration // WEBHOOKD_RETENTION; 336h
-	ArchiveDir           string        // WEBHOOKD_ARCHIVE_DIR; none: days of history are dropped unarchived
 	MaxPayloadBytes      int64         // WEBHOOKD_MAX_PAYLOAD_BYTES; 65536
 	MaxBatchBytes        int64         // WEBHOOKD_MAX_BATCH_BYTES; 1048576
 	WorkerConcurrency    int           // WEBHOOKD_WORKER_CONCURRENCY; 500
@@ -167,8 +166,7 @@ var settings = []setting{
 	{"retry-schedule", "WEBHOOKD_RETRY_SCHEDULE", plain, "delays between attempts (`LIST`)", func(c *Config) any { return &c.RetrySchedule }},
 	{"connect-timeout", "WEBHOOKD_CONNECT_TIMEOUT", plain, "delivery connect timeout (`DURATION`)", func(c *Config) any { return &c.ConnectTimeout }},
 	{"response-timeout", "WEBHOOKD_RESPONSE_TIMEOUT", plain, "delivery response timeout (`DURATION`)", func(c *Config) any { return &c.ResponseTimeout }},
-	{"retention", "WEBHOOKD_RETENTION", plain, "how long events, deliveries, attempts and dead letters are kept; older days of history are dropped whole (`DURATION`)", func(c *Config) any { return &c.Retention }},
-	{"archive-dir", "WEBHOOKD_ARCHIVE_DIR", plain, "`DIR` where retention writes each day of history before it drops it (unset: no archive)", func(c *Config) any { return &c.ArchiveDir }},
+	{"retention", "WEBHOOKD_RETENTION", plain, "how long deliveries, attempts and dead letters are kept (`DURATION`)", func(c *Config) any { return &c.Retention }},
 	{"worker-concurrency", "WEBHOOKD_WORKER_CONCURRENCY", plain, "parallel deliveries per worker (`N`)", func(c *Config) any { return &c.WorkerConcurrency }},
 	{"endpoint-initial-limit", "WEBHOOKD_ENDPOINT_INITIAL_LIMIT", plain, "the concurrency limit an endpoint starts from per worker; it adapts up to the endpoint's max_in_flight (`N`)", func(c *Config) any { return &c.EndpointInitialLimit }},
 	{"circuit-after", "WEBHOOKD_CIRCUIT_AFTER", plain, "consecutive failed attempts that open an endpoint's circuit; 0: no circuit breaker (`N`)", func(c *Config) any { return &c.CircuitAfter }},

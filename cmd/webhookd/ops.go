@@ -54,15 +54,12 @@ func (m *Main) startOps(withDashboard bool) error {
 // says ok or down, never why: hosts, users and driver errors stay in the
 // log, written when a dependency goes down.
 type health struct {
-	db    *storage.DB
-	redis redis.UniversalClient
-	log   *slog.Logger
-	up    *prometheus.Desc
-	// archive, with WEBHOOKD_ARCHIVE_DIR in a worker, says whether
-	// retention's archive works: "ok", or which day it keeps.
-	archive func() string
-	mu      sync.Mutex
-	wasBad  map[string]bool
+	db     *storage.DB
+	redis  redis.UniversalClient
+	log    *slog.Logger
+	up     *prometheus.Desc
+	mu     sync.Mutex
+	wasBad map[string]bool
 }
 
 func newHealth(db *storage.DB, rdb redis.UniversalClient, log *slog.Logger) *health {
@@ -113,19 +110,12 @@ func (h *health) check(ctx context.Context) map[string]string {
 type readiness struct {
 	Status string            `json:"status"` // ok or unavailable
 	Checks map[string]string `json:"checks"` // dependency: ok or down
-	// Archive, with WEBHOOKD_ARCHIVE_DIR in a worker: "ok", or which day
-	// retention keeps because its archive failed. It does not make the
-	// process unavailable: deliveries go on, and the day waits.
-	Archive string `json:"archive,omitempty"`
 }
 
 // serveReadyz answers 200 when PostgreSQL and Redis answer, else 503 with
 // Retry-After, naming what is down.
 func (h *health) serveReadyz(w http.ResponseWriter, r *http.Request) {
 	body := readiness{Status: "ok", Checks: h.check(r.Context())}
-	if h.archive != nil {
-		body.Archive = h.archive()
-	}
 	status := http.StatusOK
 	for _, v := range body.Checks {
 		if v != "ok" {

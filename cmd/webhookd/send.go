@@ -74,26 +74,18 @@ func sendSetup(f *flagSet) action {
 				externalID, apiErr.ExistingID)
 			fmt.Fprintln(inv.stdout, apiErr.ExistingID)
 			return nil
+		case errors.As(err, &apiErr):
+			msg := apiErr.Code + ": " + apiErr.Message
+			if apiErr.RequestID != "" {
+				msg += " [" + apiErr.RequestID + "]"
+			}
+			return refusedError{errors.New(msg)}
 		case err != nil:
-			return apiRefusal(err)
+			return refusedError{err}
 		}
 		fmt.Fprintln(inv.stdout, ev.ID)
 		return nil
 	}
-}
-
-// apiRefusal is a refusal by the API (its code and message, and the
-// request's id), or a refusal for not reaching it.
-func apiRefusal(err error) error {
-	var apiErr *client.Error
-	if errors.As(err, &apiErr) {
-		msg := apiErr.Code + ": " + apiErr.Message
-		if apiErr.RequestID != "" {
-			msg += " [" + apiErr.RequestID + "]"
-		}
-		return refusedError{errors.New(msg)}
-	}
-	return refusedError{err}
 }
 
 // readData reads --data: inline JSON, @path, or @- for standard input.

@@ -166,8 +166,7 @@ func (m *Main) Start(ctx context.Context, roles Roles) error {
 		EndpointInitialLimit: m.Config.EndpointInitialLimit, ReconcileInterval: m.Config.ReconcileInterval,
 		HTTP: wire.HTTPConfig{ConnectTimeout: m.Config.ConnectTimeout, ResponseTimeout: m.Config.ResponseTimeout,
 			AllowPrivateNetworks: m.Config.AllowPrivateNetworks},
-		Retention: m.Config.Retention, ArchiveDir: m.Config.ArchiveDir, Circuit: circuit, Logger: m.Logger, Metrics: m.Registry,
-		Tracer: m.Tracer}
+		Retention: m.Config.Retention, Circuit: circuit, Logger: m.Logger, Metrics: m.Registry, Tracer: m.Tracer}
 	m.Queue = dispatcher.NewQueue(batched, wcfg.Queue, wcfg.WithDefaults().TaskTimeout())
 	if err := m.openRelay(); err != nil {
 		return err
@@ -185,9 +184,6 @@ func (m *Main) Start(ctx context.Context, roles Roles) error {
 			return err
 		}
 		deliverer = m.Worker.Deliverer
-		if m.Config.ArchiveDir != "" {
-			m.health.archive = m.Worker.ArchiveStatus
-		}
 		if err := m.Worker.Start(ctx); err != nil {
 			return err
 		}
