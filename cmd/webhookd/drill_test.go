@@ -37,9 +37,18 @@ func TestMain(m *testing.M) {
 // database, the project and the URL a worker process connects with.
 func drillDB(t *testing.T) (*storage.DB, webhookd.Project, string) {
 	t.Helper()
-	name, dbURL := testenv.Schema(t)
+	db, _, p, dbURL := projectDB(t, "drill")
+	return db, p, dbURL
+}
+
+// projectDB gives a test its own migrated schema with a project named
+// name: the database, the project's API key, the project and the URL a
+// webhookd process connects with.
+func projectDB(t *testing.T, name string) (*storage.DB, string, webhookd.Project, string) {
+	t.Helper()
+	schema, dbURL := testenv.Schema(t)
 	ctx := context.Background()
-	db, err := storage.Open(ctx, storage.Config{URL: testenv.DatabaseURL(), SearchPath: name})
+	db, err := storage.Open(ctx, storage.Config{URL: testenv.DatabaseURL(), SearchPath: schema})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,11 +56,11 @@ func drillDB(t *testing.T) (*storage.DB, webhookd.Project, string) {
 	if err := db.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	_, p, err := db.Store().CreateAPIKey(ctx, "drill", storage.ProjectPlan{})
+	key, p, err := db.Store().CreateAPIKey(ctx, name, storage.ProjectPlan{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return db, p, dbURL
+	return db, key, p, dbURL
 }
 
 // TestWorkerKilledMidAttemptLosesNothing kills a worker process with

@@ -2,7 +2,6 @@ package main
 
 import (
 	"compress/gzip"
-	"context"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -20,7 +19,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/webhookd/webhookd/internal/testenv"
-	"github.com/webhookd/webhookd/storage"
 )
 
 // exportedSpan is a span as a collector received it.
@@ -145,21 +143,8 @@ var otelUnset = []string{"OTEL_EXPORTER_OTLP_ENDPOINT=", "OTEL_EXPORTER_OTLP_TRA
 
 func startTraceRun(t *testing.T, env ...string) *traceRun {
 	t.Helper()
-	name, dbURL := testenv.Schema(t)
+	_, key, _, dbURL := projectDB(t, "trace")
 	_, redisURL := testenv.Redis(t)
-	ctx := context.Background()
-	db, err := storage.Open(ctx, storage.Config{URL: testenv.DatabaseURL(), SearchPath: name})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(db.Close)
-	if err := db.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	key, _, err := db.Store().CreateAPIKey(ctx, "trace", storage.ProjectPlan{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	addr := "127.0.0.1:" + freePort(t)
 	p := startProcess(t, "all", dbURL, redisURL, append(append([]string{"WEBHOOKD_API_ADDR=" + addr,
 		"WEBHOOKD_RETRY_SCHEDULE=1s,1s,1s"}, otelUnset...), env...)...)
