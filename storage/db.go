@@ -40,6 +40,8 @@ type DB struct {
 	box   *secretBox // nil: secrets stored as they are
 
 	cache endpointCache // the endpoints event requests match, per project
+
+	turns strandedTurns // leader turns this process could not give up (AsLeader)
 }
 
 // Config tells Open where PostgreSQL is.

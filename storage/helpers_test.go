@@ -15,16 +15,23 @@ import (
 // for a second connection of its pool.
 func poolOfOne(t *testing.T, ctx context.Context) *storage.DB {
 	t.Helper()
+	return sameSchema(t, ctx, testenv.DB(t), 1)
+}
+
+// sameSchema opens another DB (another process's, as it were) on db's
+// schema, with a pool of maxConns, closed when the test ends.
+func sameSchema(t *testing.T, ctx context.Context, db *storage.DB, maxConns int32) *storage.DB {
+	t.Helper()
 	var schema string
-	if err := testenv.DB(t).Pool().QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+	if err := db.Pool().QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
 		t.Fatal(err)
 	}
-	db, err := storage.Open(ctx, storage.Config{URL: testenv.DatabaseURL(), SearchPath: schema, MaxConns: 1})
+	other, err := storage.Open(ctx, storage.Config{URL: testenv.DatabaseURL(), SearchPath: schema, MaxConns: maxConns})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(db.Close)
-	return db
+	t.Cleanup(other.Close)
+	return other
 }
 
 // newProject makes a project (and an API key) and returns its id.

@@ -28,17 +28,62 @@ var errLostTurn = errors.New("leader: the turn could not be renewed")
 // transaction's advisory lock kept one connection, and with the pool
 // exhausted fn waited for a connection only its own return freed). If a
 // renewal fails, fn's context ends with errLostTurn as its cause.
+//
+// A turn that could not be given up (PostgreSQL unreachable as fn
+// returned, or as the turn was taken) is not left to run out: the next
+// call here takes it back at once. Else the task would run nowhere for up
+// to leaderTTL after PostgreSQL came back — just when the reconciler has a
+// schedule to rebuild (a chaos soak saw Redis lose its data, PostgreSQL
+// restart mid-pass, and due deliveries wait 7 s for the turn).
 func (db *DB) AsLeader(ctx context.Context, name string, fn func(ctx context.Context) error) (bool, error) {
-	holder := newID("ldr_") // per call: two calls in one process take turns too
-	if got, err := db.takeTurn(ctx, name, holder); err != nil || !got {
+	holder, stranded := db.turns.take(name)
+	if !stranded {
+		holder = newID("ldr_") // per call: two calls in one process take turns too
+	}
+	got, err := db.takeTurn(ctx, name, holder)
+	if err != nil {
+		// Taken or not (the reply may be what was lost), it is ours to
+		// take back once PostgreSQL answers.
+		db.turns.put(name, holder)
+	}
+	if err != nil || !got {
 		return false, err
 	}
 	fnCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stop := db.keepTurn(fnCtx, cancel, name, holder)
-	err := fn(fnCtx)
+	err = fn(fnCtx)
 	stop() // before the turn is given up: a renewal after would take it again
-	return true, errors.Join(err, db.giveTurnUp(ctx, name, holder))
+	if upErr := db.giveTurnUp(ctx, name, holder); upErr != nil {
+		db.turns.put(name, holder)
+		err = errors.Join(err, upErr)
+	}
+	return true, err
+}
+
+// strandedTurns are the holders of turns, by task name, that a call of
+// AsLeader here ended without giving up. Taking one removes it, so two
+// calls never hold the same turn.
+type strandedTurns struct {
+	mu      sync.Mutex
+	holders map[string]string
+}
+
+func (s *strandedTurns) take(name string) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h, ok := s.holders[name]
+	delete(s.holders, name)
+	return h, ok
+}
+
+func (s *strandedTurns) put(name, holder string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.holders == nil {
+		s.holders = make(map[string]string)
+	}
+	s.holders[name] = holder
 }
 
 // takeTurn takes or renews holder's turn of name for leaderTTL, and

@@ -80,3 +80,48 @@ func TestLeaderOneAtATime(t *testing.T) {
 		t.Fatal("a turn that ran out was not taken")
 	}
 }
+
+// TestLeaderTakesBackATurnItCouldNotGiveUp: when the turn cannot be given
+// up as fn returns (here the leaders table is away; in life PostgreSQL
+// restarts mid-pass), the next call in the process takes it back at once
+// instead of waiting for it to run out, and another process still waits.
+func TestLeaderTakesBackATurnItCouldNotGiveUp(t *testing.T) {
+	t.Parallel()
+	db := testenv.DB(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := db.Pool().Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ran, err := db.AsLeader(ctx, "task", func(ctx context.Context) error {
+		_, err := db.Pool().Exec(ctx, `ALTER TABLE leaders RENAME TO leaders_away`)
+		return err
+	})
+	if !ran || err == nil {
+		t.Fatalf("AsLeader with the leaders table away as fn returned: ran %v, err %v; want ran and the give-up's error", ran, err)
+	}
+	exec(`ALTER TABLE leaders_away RENAME TO leaders`)
+	var held bool
+	if err := db.Pool().QueryRow(ctx, `SELECT until > now() FROM leaders WHERE name = 'task'`).Scan(&held); err != nil || !held {
+		t.Fatalf("the turn that was not given up: held %v, %v; want still held", held, err)
+	}
+
+	// Another process finds it held; this one takes it back.
+	other := sameSchema(t, ctx, db, 2)
+	if ran, err := other.AsLeader(ctx, "task", func(context.Context) error { return nil }); err != nil || ran {
+		t.Fatalf("another process: ran %v, %v; want the turn still held", ran, err)
+	}
+	calls := 0
+	for range 2 { // the second call: the turn was given up this time, and a fresh one is taken
+		ran, err = db.AsLeader(ctx, "task", func(context.Context) error { calls++; return nil })
+		if err != nil || !ran {
+			t.Fatalf("the process that could not give its turn up: ran %v, %v; want it taken back at once", ran, err)
+		}
+	}
+	if ran, err := other.AsLeader(ctx, "task", func(context.Context) error { return nil }); err != nil || !ran {
+		t.Fatalf("another process after the turn was given up: ran %v, %v", ran, err)
+	}
+}
