@@ -156,7 +156,9 @@ func TestManualRedeliveriesKeepToTheEndpointCap(t *testing.T) {
 	e.db.Pool().Exec(context.Background(), `UPDATE endpoints SET event_types = '{fine}' WHERE event_types = '{}'`)
 	dead := e.publish("stuck", 60)
 	for _, id := range dead {
-		e.waitStatus(id, webhookd.DeliveryDeadLetter, 10*time.Second)
+		// 60 refusals through a cap of 5, under -race beside the other
+		// tests: CI once found one still held after 10 s.
+		e.waitStatus(id, webhookd.DeliveryDeadLetter, 30*time.Second)
 	}
 	slow.refuse.Store(false) // from now on the endpoint hangs
 	for _, id := range dead {
