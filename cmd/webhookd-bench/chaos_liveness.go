@@ -13,10 +13,11 @@ import (
 // should have gone at the latest (its next_attempt_at; for the head of an
 // ordered queue, no sooner than the one ahead of it finished; for one
 // whose lease ran out or was voided, no sooner than that), at is when it
-// was seen still waiting, both by PostgreSQL's clock.
+// was seen still waiting, both by PostgreSQL's clock; event is its event's
+// id.
 type overdueSample struct {
-	id, endpoint, reason string
-	due, at              time.Time
+	id, endpoint, reason, event string
+	due, at                     time.Time
 }
 
 // livenessSampler looks at PostgreSQL every interval, directly (not through
@@ -56,7 +57,7 @@ const livenessSQL = `
 			CASE WHEN d.fifo_seq IS NOT NULL THEN (SELECT max(p.updated_at) FROM deliveries p
 				WHERE p.endpoint_id = d.endpoint_id AND p.fifo_seq < d.fifo_seq
 					AND p.status IN ('succeeded', 'dead_letter')) END),
-		now()
+		now(), d.event_id
 	FROM deliveries d
 	WHERE d.status IN ('pending', 'retrying')
 		AND (d.lease_until > now() OR d.next_attempt_at < now() - make_interval(secs => $1))
@@ -126,13 +127,13 @@ func (s *livenessSampler) sample(ctx context.Context, conn *pgx.Conn) error {
 		return err
 	}
 	type row struct {
-		id, ep, reason string
-		held           bool
-		due, now       time.Time
+		id, ep, reason, event string
+		held                  bool
+		due, now              time.Time
 	}
 	var got []row
 	var r row
-	if _, err := pgx.ForEachRow(rows, []any{&r.id, &r.ep, &r.reason, &r.held, &r.due, &r.now},
+	if _, err := pgx.ForEachRow(rows, []any{&r.id, &r.ep, &r.reason, &r.held, &r.due, &r.now, &r.event},
 		func() error { got = append(got, r); return nil }); err != nil {
 		return err
 	}
@@ -155,7 +156,8 @@ func (s *livenessSampler) sample(ctx context.Context, conn *pgx.Conn) error {
 			due = at // its lease was voided after this: due again from then
 		}
 		if r.now.Sub(due) > s.bound && len(s.overdue) < maxOverdueSamples {
-			s.overdue = append(s.overdue, overdueSample{id: r.id, endpoint: r.ep, reason: r.reason, due: due, at: r.now})
+			s.overdue = append(s.overdue, overdueSample{id: r.id, endpoint: r.ep, reason: r.reason, event: r.event,
+				due: due, at: r.now})
 		}
 	}
 	return nil
@@ -178,7 +180,12 @@ type livenessVerdict struct {
 // judge counts, for each sample, the time past due that no fault on a
 // worker, PostgreSQL or Redis covered: a fault excuses the wait it causes,
 // and only that. A delivery is overdue once that time passes the bound.
-func (s *livenessSampler) judge(faults []faultRecord, names map[string]string) livenessVerdict {
+// accepted holds when the API first answered 2xx for each event (by event
+// id): a delivery is not late before its event was accepted — a serve
+// process cut off from PostgreSQL as it committed answers an error, and
+// only the sender's retry, after the fault, is the acceptance (its
+// wake-up was lost with the reply, and the reconciler brings it).
+func (s *livenessSampler) judge(faults []faultRecord, names map[string]string, accepted map[string]time.Time) livenessVerdict {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	v := livenessVerdict{Bound: s.bound, Samples: s.samples, Errors: s.errors, LastError: s.lastErr, OldestBeat: s.oldestBeat,
@@ -187,6 +194,9 @@ func (s *livenessSampler) judge(faults []faultRecord, names map[string]string) l
 	worst := make(map[string]overdueSample)
 	worstBy := make(map[string]time.Duration)
 	for _, o := range s.overdue {
+		if at, ok := accepted[o.event]; ok && at.After(o.due) {
+			o.due = at
+		}
 		raw := o.at.Sub(o.due)
 		v.WorstRaw = max(v.WorstRaw, raw)
 		late := raw - covered(windows, o.due, o.at)

@@ -169,6 +169,23 @@ func newChaosLoad(s *chaosSystem) (*chaosLoad, error) {
 	return l, nil
 }
 
+// acceptedAt is when the API first answered 2xx for each event, by event
+// id.
+func (l *chaosLoad) acceptedAt() map[string]time.Time {
+	l.mu.Lock()
+	ops := l.ops
+	l.mu.Unlock()
+	at := make(map[string]time.Time)
+	for _, op := range ops {
+		op.mu.Lock()
+		for _, id := range op.ids {
+			at[id] = op.okAt
+		}
+		op.mu.Unlock()
+	}
+	return at
+}
+
 // Run sends rate events a second from senders goroutines until ctx ends:
 // single events, batches of 2 to 10, and repeats of earlier sends with
 // their key and body.

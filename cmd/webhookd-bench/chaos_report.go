@@ -77,7 +77,7 @@ func buildChaosReport(ctx context.Context, o *chaosOptions, sys *chaosSystem, lo
 		return nil, err
 	}
 	r.Seams = checkSeams(load, sys.recv, seams, st, faults, o.Grace, o.LivenessBound)
-	r.Seams.Liveness = live.judge(faults, sys.endpointNames)
+	r.Seams.Liveness = live.judge(faults, sys.endpointNames, load.acceptedAt())
 	r.Answers = countAnswers(load.answers.All(), faults, o.Grace)
 	for _, f := range faults {
 		if f.Err != nil {

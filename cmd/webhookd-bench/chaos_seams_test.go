@@ -142,9 +142,11 @@ func TestLivenessJudge(t *testing.T) {
 	s.overdue = []overdueSample{
 		{id: "dlv_1", endpoint: "ep_f", reason: "circuit_open", due: seamAt(0), at: seamAt(8)},
 		{id: "dlv_2", endpoint: "ep_f", reason: "schedule", due: seamAt(20), at: seamAt(30)},
+		// Written at 40, accepted (the sender's retry) at 46: 4 s late.
+		{id: "dlv_3", endpoint: "ep_f", event: "evt_3", due: seamAt(40), at: seamAt(50)},
 	}
 	faults := []faultRecord{{plannedFault: plannedFault{Kind: "postgres-restart/fast"}, Start: seamAt(21), End: seamAt(27)}}
-	v := s.judge(faults, map[string]string{"ep_f": "flapping"})
+	v := s.judge(faults, map[string]string{"ep_f": "flapping"}, map[string]time.Time{"evt_3": seamAt(46)})
 	if v.Overdue != 1 || v.OverdueByReason["circuit_open"] != 1 || v.Worst != 8*time.Second {
 		t.Errorf("got %+v; want dlv_1 alone overdue, by 8 s", v)
 	}
