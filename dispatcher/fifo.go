@@ -134,14 +134,26 @@ func leftQueue(l *storage.Lease, t storage.Transition) bool {
 
 // wakeHeads wakes the due, unleased head of every ordered endpoint's
 // queue: the reconciler's backstop for a turn that passTurn never passed
-// on.
-func (r *Reconciler) wakeHeads(ctx context.Context) {
+// on. It offers them as offerDue offers due deliveries: a head with no
+// task gets one, a sleeping task runs now, and one that a worker took and
+// never claimed (a worker killed as its claim found the delivery not yet
+// the head) is attempted here, not left to asynq's recoverer, which gives
+// it back only a minute or two later and stalls the whole queue meanwhile.
+func (r *Reconciler) wakeHeads(ctx context.Context, lost bool) {
 	heads, err := r.DB.FIFOHeads(ctx, r.Clock.Now().Add(-r.grace()))
 	if err != nil {
 		r.Logger.Warn("reconciler: reading the heads of ordered queues failed", "err", err)
 		return
 	}
-	for _, h := range heads {
-		r.Queue.Wake(ctx, h.EndpointID, h.ID)
+	if len(heads) == 0 {
+		return
+	}
+	_, taken, err := r.Queue.offer(ctx, heads, true)
+	if err != nil {
+		r.Logger.Warn("reconciler: waking the heads of ordered queues failed", "err", err)
+	}
+	if len(taken) > 0 && !lost && r.Attempt != nil {
+		r.Logger.Warn("attempting heads of ordered queues whose tasks a worker took and never ran", "deliveries", len(taken))
+		r.Attempt(ctx, taken)
 	}
 }

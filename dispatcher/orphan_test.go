@@ -24,30 +24,76 @@ func TestOrphanedTaskIsRecovered(t *testing.T) {
 	// No worker runs while the orphan is made: the next one to start finds
 	// it in its first reconciler pass.
 	e.worker.Stop()
-	ctx := context.Background()
 	insp := asynq.NewInspectorFromRedisClient(e.redis)
 	rc := newReceiver(t, status(http.StatusNoContent))
 	e.endpoint(rc.URL, nil)
 	ids := e.publish("a", 1)
 
-	// The task is taken off the queue the way asynq's dequeue script
-	// takes it, with a lease that asynq keeps for 30 s more.
-	prefix := "asynq:{" + dispatcher.DefaultQueue + "}:"
-	id, err := e.redis.RPopLPush(ctx, prefix+"pending", prefix+"active").Result()
-	if err != nil || id != ids[0] {
-		t.Fatalf("dequeued %q (%v), want %s", id, err, ids[0])
+	id := ids[0]
+	orphan(t, e, insp, id)
+
+	e.worker = e.startWorker()
+	e.waitStatus(id, webhookd.DeliverySucceeded, 10*time.Second)
+	if n := len(rc.requests()); n != 1 {
+		t.Fatalf("%d requests, want 1", n)
 	}
+}
+
+// orphan takes task id off the queue the way asynq's dequeue script takes
+// it, with a lease that asynq keeps for 30 s more, and no worker to run it.
+func orphan(t *testing.T, e *env, insp *asynq.Inspector, id string) {
+	t.Helper()
+	ctx := context.Background()
+	prefix := "asynq:{" + dispatcher.DefaultQueue + "}:"
+	if n, err := e.redis.LRem(ctx, prefix+"pending", 1, id).Result(); err != nil || n != 1 {
+		t.Fatalf("task %s pending: %d (%v), want 1", id, n, err)
+	}
+	e.redis.LPush(ctx, prefix+"active", id)
 	e.redis.HSet(ctx, prefix+"t:"+id, "state", "active")
 	e.redis.HDel(ctx, prefix+"t:"+id, "pending_since")
 	e.redis.ZAdd(ctx, prefix+"lease", redis.Z{Score: float64(time.Now().Add(30 * time.Second).Unix()), Member: id})
 	if info, err := insp.GetTaskInfo(dispatcher.DefaultQueue, id); err != nil || info.State != asynq.TaskStateActive {
 		t.Fatalf("task %v (%v), want active", info, err)
 	}
+}
+
+// TestOrphanedHeadOfAnOrderedQueueIsRecovered: the head of an ordered
+// endpoint's queue waits for its turn (its claim found an earlier
+// delivery still waiting), that earlier delivery's attempt is recorded but
+// its worker dies before passing the turn on, and the head's task sits
+// taken by a dead worker. The reconciler's next pass finds the head due
+// and free, and attempts it itself rather than waiting for asynq's
+// recoverer (a minute or two) with the whole queue behind it.
+func TestOrphanedHeadOfAnOrderedQueueIsRecovered(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	e.worker.Stop()
+	ctx := context.Background()
+	insp := asynq.NewInspectorFromRedisClient(e.redis)
+	rc := newReceiver(t, status(http.StatusNoContent))
+	e.orderedEndpoint(rc.URL)
+	ids := e.publish("a", 3)
+	// The first was delivered and recorded; its worker died before it
+	// passed the turn, and with it the task of the second, which had
+	// found the first ahead of it.
+	if _, err := e.db.Pool().Exec(ctx, `UPDATE deliveries SET status = 'succeeded', next_attempt_at = NULL,
+		attempts_count = 1 WHERE id = $1`, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.db.Pool().Exec(ctx, `UPDATE deliveries SET waiting_reason = 'fifo_turn' WHERE id = ANY($1)`, ids[1:]); err != nil {
+		t.Fatal(err)
+	}
+	if err := insp.DeleteTask(dispatcher.DefaultQueue, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	orphan(t, e, insp, ids[1])
 
 	e.worker = e.startWorker()
-	e.waitStatus(id, webhookd.DeliverySucceeded, 10*time.Second)
-	if n := len(rc.requests()); n != 1 {
-		t.Fatalf("%d requests, want 1", n)
+	for _, id := range ids[1:] {
+		e.waitStatus(id, webhookd.DeliverySucceeded, 10*time.Second)
+	}
+	if n := len(rc.requests()); n != 2 {
+		t.Fatalf("%d requests, want 2", n)
 	}
 }
 

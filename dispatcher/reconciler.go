@@ -172,7 +172,7 @@ func (r *Reconciler) runOnce(ctx context.Context, lost bool) (ran bool, offered 
 		err := r.Queue.Register(ctx) // after Redis lost its data
 		n, offerErr := r.offerDue(ctx, lost)
 		offered = n
-		r.wakeHeads(ctx)
+		r.wakeHeads(ctx, lost)
 		return errors.Join(err, offerErr, r.wakeProbes(ctx), r.wakeStranded(ctx), r.enqueueRedeliveries(ctx), r.enqueueJobs(ctx))
 	})
 	return ran, offered, err
