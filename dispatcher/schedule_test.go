@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -81,5 +82,21 @@ func TestScheduleDelay(t *testing.T) {
 	}
 	if got := (Schedule{}).MaxAttempts(); got != 1 {
 		t.Errorf("empty Schedule MaxAttempts() = %d, want 1", got)
+	}
+}
+
+// TestRetryDelay: a RetryAt comes back at its time rounded up to asynq's
+// whole seconds, never early; an error comes back a second after the
+// first, doubling to errorRetryMax.
+func TestRetryDelay(t *testing.T) {
+	for retried, want := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 5 * time.Second, 5 * time.Second} {
+		if got := retryDelay(retried, errors.New("postgres down"), nil); got != want {
+			t.Errorf("after %d errors: %v, want %v", retried, got, want)
+		}
+	}
+	at := time.Now().Add(1500 * time.Millisecond)
+	got := retryDelay(7, &RetryAt{At: at}, nil)
+	if back := time.Now().Add(got); back.Before(at) || back.Sub(at) > time.Second+100*time.Millisecond {
+		t.Errorf("RetryAt %v comes back at %v", at, back)
 	}
 }

@@ -414,11 +414,11 @@ func (w *Worker) handleJob(ctx context.Context, t *asynq.Task) error {
 // retryDelay brings a *RetryAt task back at its time, never early: asynq
 // keeps retry times in whole seconds (truncated), so the delay is rounded
 // up to the next whole second. Other errors (PostgreSQL unreachable, say)
-// come back after 5 s.
-func retryDelay(_ int, err error, _ *asynq.Task) time.Duration {
+// come back after errorRetry.
+func retryDelay(retried int, err error, _ *asynq.Task) time.Duration {
 	var r *RetryAt
 	if !errors.As(err, &r) {
-		return 5 * time.Second
+		return errorRetry(retried)
 	}
 	at := r.At.Truncate(time.Second)
 	if at.Before(r.At) {
@@ -426,6 +426,21 @@ func retryDelay(_ int, err error, _ *asynq.Task) time.Duration {
 	}
 	return max(time.Until(at), 0)
 }
+
+// errorRetry is how soon a task whose attempt failed with an error comes
+// back, after retried such failures before (asynq counts only those: a
+// RetryAt is no failure): a second after the first, doubling up to
+// errorRetryMax. So the deliveries whose claims met a PostgreSQL restart
+// go within a second or two of its end, and a long outage costs a task a
+// look every few seconds, not a storm.
+func errorRetry(retried int) time.Duration {
+	if retried >= 3 {
+		return errorRetryMax
+	}
+	return min(time.Second<<retried, errorRetryMax)
+}
+
+const errorRetryMax = 5 * time.Second
 
 // asynqLogger sends asynq's log lines to slog.
 type asynqLogger struct{ l *slog.Logger }
