@@ -33,7 +33,7 @@ type livenessSampler struct {
 	done     chan struct{}
 
 	mu         sync.Mutex
-	leasedAt   map[string]time.Time // delivery id -> last seen with a live lease
+	heldAt     map[string]time.Time // delivery id -> last seen with a live lease or held back
 	overdue    []overdueSample
 	samples    int
 	errors     int
@@ -45,13 +45,19 @@ type livenessSampler struct {
 // makes every waiting delivery overdue for a few samples.
 const maxOverdueSamples = 200_000
 
-// livenessSQL finds the deliveries with a live lease (held: true) and
-// those past bound ($1 s) without one. An ordered endpoint's delivery is
+// livenessSQL finds the deliveries with a live lease or held back for room
+// or by an open circuit (held: true), and those past bound ($1 s) without
+// either. A delivery woken from a hold for room is due again at the
+// instant it was first held (keepPlace keeps its place in line), so its
+// wait counts from when it was last seen held, as a leased one's from when
+// it was last seen leased: a wait for the endpoint's room or its probe is
+// the endpoint's, not a lost wake-up. An ordered endpoint's delivery is
 // looked at only at the head of its queue: those behind wait for its turn
 // (fifo_turn), and the head's own time counts from when the one ahead of
 // it finished.
 const livenessSQL = `
-	SELECT d.id, d.endpoint_id, coalesce(d.waiting_reason, ''), coalesce(d.lease_until > now(), false) AS held,
+	SELECT d.id, d.endpoint_id, coalesce(d.waiting_reason, ''), coalesce(d.lease_until > now(), false)
+			OR d.waiting_reason IN ('endpoint_busy', 'rate_limit', 'circuit_open') AND d.next_attempt_at > now() AS held,
 		greatest(d.next_attempt_at,
 			CASE WHEN d.lease_until > 'epoch' AND d.lease_until <= now() THEN d.lease_until END,
 			CASE WHEN d.fifo_seq IS NOT NULL THEN (SELECT max(p.updated_at) FROM deliveries p
@@ -60,12 +66,13 @@ const livenessSQL = `
 		now(), d.event_id
 	FROM deliveries d
 	WHERE d.status IN ('pending', 'retrying')
-		AND (d.lease_until > now() OR d.next_attempt_at < now() - make_interval(secs => $1))
+		AND (d.lease_until > now() OR d.next_attempt_at < now() - make_interval(secs => $1)
+			OR d.waiting_reason IN ('endpoint_busy', 'rate_limit', 'circuit_open') AND d.next_attempt_at > now())
 		AND (d.fifo_seq IS NULL OR NOT EXISTS (SELECT 1 FROM deliveries h WHERE h.endpoint_id = d.endpoint_id
 			AND h.fifo_seq < d.fifo_seq AND h.status IN ('pending', 'retrying')))`
 
 func newLivenessSampler(dbURL string, bound, interval time.Duration) *livenessSampler {
-	return &livenessSampler{dbURL: dbURL, bound: bound, interval: interval, leasedAt: make(map[string]time.Time)}
+	return &livenessSampler{dbURL: dbURL, bound: bound, interval: interval, heldAt: make(map[string]time.Time)}
 }
 
 // Start samples every interval until Stop.
@@ -148,12 +155,12 @@ func (s *livenessSampler) sample(ctx context.Context, conn *pgx.Conn) error {
 	s.oldestBeat = max(s.oldestBeat, time.Duration(oldest*float64(time.Second)))
 	for _, r := range got {
 		if r.held {
-			s.leasedAt[r.id] = r.now
+			s.heldAt[r.id] = r.now
 			continue
 		}
 		due := r.due
-		if at, ok := s.leasedAt[r.id]; ok && at.After(due) {
-			due = at // its lease was voided after this: due again from then
+		if at, ok := s.heldAt[r.id]; ok && at.After(due) {
+			due = at // its lease was voided or its hold woken after this: due again from then
 		}
 		if r.now.Sub(due) > s.bound && len(s.overdue) < maxOverdueSamples {
 			s.overdue = append(s.overdue, overdueSample{id: r.id, endpoint: r.ep, reason: r.reason, event: r.event,
