@@ -42,15 +42,18 @@ type holder struct {
 	held     *prometheus.CounterVec // by waiting reason
 	holds    *batcher[storage.Hold, bool]
 
-	mu    sync.Mutex
-	known map[string]struct{} // endpoints whose deliveries this process held back lately
+	mu sync.Mutex
+	// known are the endpoints whose deliveries this process held back
+	// lately, each with a count of its holds: a pass forgets an endpoint
+	// only if no hold came between its look and its wake.
+	known map[string]uint64
 
 	loop
 }
 
 func newHolder(db *storage.DB, q *Queue, g *gate, clock webhookd.Clock, log *slog.Logger, held *prometheus.CounterVec) *holder {
 	return &holder{db: db, held: held, queue: q, gate: g, clock: clock, log: log, interval: 100 * time.Millisecond,
-		known: map[string]struct{}{}}
+		known: map[string]uint64{}}
 }
 
 // hold holds back the automatic attempt of delivery id of endpoint ep for
@@ -81,7 +84,7 @@ const manualLook = 500 * time.Millisecond
 // wakes them.
 func (h *holder) remember(ep string) {
 	h.mu.Lock()
-	h.known[ep] = struct{}{}
+	h.known[ep]++
 	h.mu.Unlock()
 }
 
@@ -145,15 +148,19 @@ func (h *holder) freedSoon(first string) map[string]struct{} {
 // of, and forgets those with none left.
 func (h *holder) pass(ctx context.Context) {
 	h.mu.Lock()
-	eps := make([]string, 0, len(h.known))
-	for ep := range h.known {
-		eps = append(eps, ep)
+	eps := make(map[string]uint64, len(h.known))
+	for ep, holds := range h.known {
+		eps[ep] = holds
 	}
 	h.mu.Unlock()
-	for _, ep := range eps {
+	for ep, holds := range eps {
 		if n := h.room(ep); n > 0 && h.wake(ctx, ep) < n {
+			// Fewer waited than it had room for: none left, unless a hold
+			// committed after the wake's look (it counted one more).
 			h.mu.Lock()
-			delete(h.known, ep) // fewer waited than it had room for: none left (a new hold remembers it again)
+			if h.known[ep] == holds {
+				delete(h.known, ep)
+			}
 			h.mu.Unlock()
 		}
 	}
