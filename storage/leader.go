@@ -13,8 +13,11 @@ import (
 // leaderTTL is how long a turn lasts unless its holder renews it (every
 // third of it while fn runs), so that it runs out only when the holder is
 // gone (dead, or cut off from PostgreSQL); the task then waits at most this
-// long for another process.
-const leaderTTL = 15 * time.Second
+// long for another process. It is WorkerStale, the time after which a
+// silent worker's leases are voided: a worker killed mid-pass (a kill -9
+// just after its start, whose first pass runs at once) left no process to
+// rebuild a lost schedule for 15 s, past the few seconds SPEC §1 allows.
+const leaderTTL = WorkerStale
 
 // errLostTurn ends fn's context when its turn could not be renewed:
 // another process may be running the task now.
