@@ -121,16 +121,17 @@ type Endpoint struct {
 	ProjectID          string
 	URL                string
 	Description        string
-	EventTypes         []string   // empty: every type
-	Status             string     // EndpointActive or EndpointDisabled
-	DisabledReason     *string    // nil while active
-	RateLimitPerSecond *int       // nil: unlimited
-	MaxInFlight        *int       // the ceiling of its adaptive limit per worker process; DefaultMaxInFlight unless set
-	Ordering           string     // OrderingNone or OrderingFIFO
-	Circuit            string     // CircuitClosed, CircuitOpen or CircuitProbing
-	ProbeAt            *time.Time // while not closed: when the next probe may go
-	Secret             string     // whsec_ + base64
-	PreviousSecret     *string    // still signs until PreviousExpiresAt
+	EventTypes         []string        // empty: every type
+	Status             string          // EndpointActive or EndpointDisabled
+	DisabledReason     *string         // nil while active
+	RateLimitPerSecond *int            // nil: unlimited
+	MaxInFlight        *int            // the ceiling of its adaptive limit per worker process; DefaultMaxInFlight unless set
+	Ordering           string          // OrderingNone or OrderingFIFO
+	Filter             json.RawMessage // a JSON object of conditions (package filter); nil: every event of its types
+	Circuit            string          // CircuitClosed, CircuitOpen or CircuitProbing
+	ProbeAt            *time.Time      // while not closed: when the next probe may go
+	Secret             string          // whsec_ + base64
+	PreviousSecret     *string         // still signs until PreviousExpiresAt
 	PreviousExpiresAt  *time.Time
 	Version            int
 	CreatedAt          time.Time

@@ -3,6 +3,8 @@ package api
 import (
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/netip"
@@ -10,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/filter"
 	"github.com/webhookd/webhookd/internal/netguard"
 	"github.com/webhookd/webhookd/storage"
 )
@@ -30,6 +33,7 @@ type endpointInput struct {
 	RateLimitPerSecond *int
 	MaxInFlight        *int
 	Ordering           string
+	Filter             json.RawMessage // compacted once checked; "null": none
 	Status             string
 	ReplayDeadLetters  bool // PATCH only
 }
@@ -37,7 +41,7 @@ type endpointInput struct {
 func (in *endpointInput) fields() map[string]any {
 	return map[string]any{"url": &in.URL, "description": &in.Description, "event_types": &in.EventTypes,
 		"rate_limit_per_second": &in.RateLimitPerSecond, "max_in_flight": &in.MaxInFlight,
-		"ordering": &in.Ordering, "status": &in.Status, "replay_dead_letters": &in.ReplayDeadLetters}
+		"ordering": &in.Ordering, "filter": &in.Filter, "status": &in.Status, "replay_dead_letters": &in.ReplayDeadLetters}
 }
 
 // createEndpoint serves POST /v1/endpoints.
@@ -62,7 +66,7 @@ func (s *Server) createEndpoint(c *call) (int, any, error) {
 	}
 	e, err := c.store.CreateEndpoint(c.ctx, c.project.ID, storage.NewEndpoint{URL: in.URL, Description: in.Description,
 		EventTypes: in.EventTypes, RateLimitPerSecond: in.RateLimitPerSecond, MaxInFlight: in.MaxInFlight,
-		Ordering: in.Ordering, Secret: secret}, s.clock.Now())
+		Ordering: in.Ordering, Filter: in.Filter, Secret: secret}, s.clock.Now())
 	if err != nil {
 		return 0, nil, err
 	}
@@ -105,7 +109,30 @@ func (s *Server) validateEndpoint(in *endpointInput, present map[string]bool) er
 	if present["status"] && in.Status != webhookd.EndpointActive && in.Status != webhookd.EndpointDisabled {
 		return webhookd.Invalid("status", `must be "active" or "disabled"`)
 	}
+	if present["filter"] {
+		f, err := checkFilter(in.Filter)
+		if err != nil {
+			return err
+		}
+		in.Filter = f
+	}
 	return nil
+}
+
+// checkFilter checks an endpoint's filter (package filter) and returns it
+// compacted, or nil for none (null).
+func checkFilter(raw json.RawMessage) (json.RawMessage, error) {
+	if string(raw) == "null" {
+		return nil, nil
+	}
+	if _, err := filter.Compile(raw); err != nil {
+		var fe *filter.Error
+		if errors.As(err, &fe) {
+			return nil, webhookd.Invalid(fe.Field, "%s", fe.Message)
+		}
+		return nil, webhookd.Invalid("filter", "%s", err.Error())
+	}
+	return compactJSON(raw), nil
 }
 
 // validateURL accepts relay URLs (relay://NAME: nothing is dialled for
@@ -204,6 +231,9 @@ func (s *Server) patchEndpoint(c *call) (int, any, error) {
 	if present["ordering"] {
 		p.Ordering = &in.Ordering
 	}
+	if present["filter"] {
+		p.Filter = &in.Filter
+	}
 	if present["status"] {
 		p.Status = &in.Status
 	}
@@ -291,4 +321,45 @@ func pageOf(r *http.Request) (storage.Page, error) {
 func cursorAfter(id string) *string {
 	c := base64.RawURLEncoding.EncodeToString([]byte(id))
 	return &c
+}
+
+// testFilter serves POST /v1/endpoints/{id}/filter/test: whether the
+// endpoint's filter matches an event, a past one ({"event_id"}) or one
+// given ({"type","data"}), without sending anything. {"filter"} beside
+// them tries a filter before it is saved. It answers {"match": bool}.
+func (s *Server) testFilter(c *call) (int, any, error) {
+	var (
+		eventID, typ string
+		data, flt    json.RawMessage
+	)
+	present, err := decodeObject(c.body, "", map[string]any{"event_id": &eventID, "type": &typ, "data": &data, "filter": &flt})
+	if err != nil {
+		return 0, nil, err
+	}
+	ep, err := c.store.GetEndpoint(c.ctx, c.project.ID, c.r.PathValue("id"))
+	if err != nil {
+		return 0, nil, err
+	}
+	if present["filter"] {
+		if ep.Filter, err = checkFilter(flt); err != nil {
+			return 0, nil, err
+		}
+	}
+	switch {
+	case present["event_id"] && (present["type"] || present["data"]):
+		return 0, nil, webhookd.Invalid("event_id", "give an event_id, or a type and data, not both")
+	case present["event_id"]:
+		ev, err := c.store.GetEvent(c.ctx, c.project.ID, eventID)
+		if err != nil {
+			return 0, nil, err
+		}
+		typ, data = ev.Type, ev.Data
+	case !present["type"]:
+		return 0, nil, webhookd.Invalid("type", "is required (or an event_id)")
+	}
+	f, err := filter.Compile(ep.Filter)
+	if err != nil {
+		return 0, nil, err // stored only once checked
+	}
+	return http.StatusOK, map[string]bool{"match": f.Match(typ, data)}, nil
 }

@@ -71,19 +71,20 @@ func eventOut(e webhookd.Event) eventJSON {
 }
 
 type endpointJSON struct {
-	ID                 string   `json:"id"`
-	URL                string   `json:"url"`
-	Description        string   `json:"description"`
-	EventTypes         []string `json:"event_types"`
-	Status             string   `json:"status"`
-	DisabledReason     *string  `json:"disabled_reason"`
-	RateLimitPerSecond *int     `json:"rate_limit_per_second"`
-	MaxInFlight        *int     `json:"max_in_flight"`
-	Ordering           string   `json:"ordering"`
-	Circuit            string   `json:"circuit"`
-	Version            int      `json:"version"`
-	CreatedAt          string   `json:"created_at"`
-	UpdatedAt          string   `json:"updated_at"`
+	ID                 string          `json:"id"`
+	URL                string          `json:"url"`
+	Description        string          `json:"description"`
+	EventTypes         []string        `json:"event_types"`
+	Status             string          `json:"status"`
+	DisabledReason     *string         `json:"disabled_reason"`
+	RateLimitPerSecond *int            `json:"rate_limit_per_second"`
+	MaxInFlight        *int            `json:"max_in_flight"`
+	Ordering           string          `json:"ordering"`
+	Filter             json.RawMessage `json:"filter"`
+	Circuit            string          `json:"circuit"`
+	Version            int             `json:"version"`
+	CreatedAt          string          `json:"created_at"`
+	UpdatedAt          string          `json:"updated_at"`
 }
 
 func endpointOut(e webhookd.Endpoint) endpointJSON {
@@ -93,8 +94,16 @@ func endpointOut(e webhookd.Endpoint) endpointJSON {
 	}
 	return endpointJSON{ID: e.ID, URL: e.URL, Description: e.Description, EventTypes: types, Status: e.Status,
 		DisabledReason: e.DisabledReason, RateLimitPerSecond: e.RateLimitPerSecond, MaxInFlight: e.MaxInFlight, Version: e.Version,
-		Ordering: e.Ordering, Circuit: e.Circuit,
+		Ordering: e.Ordering, Circuit: e.Circuit, Filter: filterOut(e.Filter),
 		CreatedAt: timeString(e.CreatedAt), UpdatedAt: timeString(e.UpdatedAt)}
+}
+
+// filterOut is an endpoint's filter as the API shows it: null for none.
+func filterOut(f json.RawMessage) json.RawMessage {
+	if len(f) == 0 {
+		return json.RawMessage("null")
+	}
+	return f
 }
 
 // endpointWithSecretJSON is the create response: the endpoint and its secret.

@@ -282,6 +282,7 @@ func (s *Server) routes() {
 	s.handle("GET /v1/endpoints/{id}/secret", s.plain(s.getSecret))
 	s.handle("POST /v1/endpoints/{id}/rotate-secret", s.idempotent(p, s.rotateSecret))
 	s.handle("POST /v1/endpoints/{id}/test", s.withBody(p, s.testEndpoint))
+	s.handle("POST /v1/endpoints/{id}/filter/test", s.withBody(p, s.testFilter))
 	s.handle("GET /v1/deliveries", s.plain(s.listDeliveries))
 	s.handle("GET /v1/deliveries/{id}", s.plain(s.getDelivery))
 	s.handle("POST /v1/deliveries/{id}/redeliver", s.idempotent(p, s.redeliver))

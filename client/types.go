@@ -54,23 +54,28 @@ type NewEndpoint struct {
 	RateLimitPerSecond *int     `json:"rate_limit_per_second,omitempty"` // nil: no limit
 	MaxInFlight        *int     `json:"max_in_flight,omitempty"`         // nil: the worker's default
 	Ordering           string   `json:"ordering,omitempty"`              // "fifo": one at a time, in order; "" or "none": concurrent
+	// Filter narrows the events of its types it gets: a JSON object of
+	// conditions, as {"data.status": "shipped", "data.total": {"$gt": 100}}
+	// (SPEC §3); nil: every event of its types.
+	Filter json.RawMessage `json:"filter,omitempty"`
 }
 
 // Endpoint is a receiver of webhooks.
 type Endpoint struct {
-	ID                 string    `json:"id"`
-	URL                string    `json:"url"`
-	Description        string    `json:"description"`
-	EventTypes         []string  `json:"event_types"`
-	Status             string    `json:"status"`          // "active" or "disabled"
-	DisabledReason     *string   `json:"disabled_reason"` // "manual" or "gone" while disabled
-	RateLimitPerSecond *int      `json:"rate_limit_per_second"`
-	MaxInFlight        *int      `json:"max_in_flight"`
-	Ordering           string    `json:"ordering"` // "none" or "fifo"
-	Circuit            string    `json:"circuit"`  // "closed", "open" or "probing"
-	Version            int       `json:"version"`
-	CreatedAt          time.Time `json:"created_at"`
-	UpdatedAt          time.Time `json:"updated_at"`
+	ID                 string          `json:"id"`
+	URL                string          `json:"url"`
+	Description        string          `json:"description"`
+	EventTypes         []string        `json:"event_types"`
+	Status             string          `json:"status"`          // "active" or "disabled"
+	DisabledReason     *string         `json:"disabled_reason"` // "manual" or "gone" while disabled
+	RateLimitPerSecond *int            `json:"rate_limit_per_second"`
+	MaxInFlight        *int            `json:"max_in_flight"`
+	Ordering           string          `json:"ordering"` // "none" or "fifo"
+	Filter             json.RawMessage `json:"filter"`   // null: none
+	Circuit            string          `json:"circuit"`  // "closed", "open" or "probing"
+	Version            int             `json:"version"`
+	CreatedAt          time.Time       `json:"created_at"`
+	UpdatedAt          time.Time       `json:"updated_at"`
 	// Secret is set only by CreateEndpoint; read it later with
 	// EndpointSecret.
 	Secret string `json:"secret,omitempty"`
@@ -89,7 +94,10 @@ type EndpointPatch struct {
 	MaxInFlight      *int
 	ClearMaxInFlight bool
 	Ordering         *string // "none" or "fifo": for events accepted from then on
-	Status           *string // "active" or "disabled"
+	// Filter replaces the filter; ClearFilter removes it.
+	Filter      json.RawMessage
+	ClearFilter bool
+	Status      *string // "active" or "disabled"
 	// ReplayDeadLetters, with Status "active" on a disabled endpoint, also
 	// replays its dead letters of the outage in one job.
 	ReplayDeadLetters bool
@@ -109,6 +117,7 @@ func (p EndpointPatch) MarshalJSON() ([]byte, error) {
 	set("rate_limit_per_second", p.RateLimitPerSecond, p.RateLimitPerSecond != nil || p.ClearRateLimit)
 	set("max_in_flight", p.MaxInFlight, p.MaxInFlight != nil || p.ClearMaxInFlight)
 	set("ordering", p.Ordering, p.Ordering != nil)
+	set("filter", p.Filter, p.Filter != nil || p.ClearFilter)
 	set("status", p.Status, p.Status != nil)
 	set("replay_dead_letters", true, p.ReplayDeadLetters)
 	return json.Marshal(m)

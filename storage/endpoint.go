@@ -3,6 +3,7 @@ package storage
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -15,7 +16,7 @@ const SecretOverlap = 24 * time.Hour
 
 const endpointColumns = `id, project_id, url, description, event_types, status, disabled_reason,
 	rate_limit_per_second, secret, previous_secret, previous_expires_at, version, created_at, updated_at, max_in_flight,
-	circuit, probe_at, ordering`
+	circuit, probe_at, ordering, filter`
 
 // scanEndpoint reads an endpoint of endpointColumns, its secrets opened.
 // more are the columns after them, if any.
@@ -23,7 +24,7 @@ func (s *Store) scanEndpoint(row pgx.Row, more ...any) (webhookd.Endpoint, error
 	var e webhookd.Endpoint
 	err := row.Scan(append([]any{&e.ID, &e.ProjectID, &e.URL, &e.Description, &e.EventTypes, &e.Status, &e.DisabledReason,
 		&e.RateLimitPerSecond, &e.Secret, &e.PreviousSecret, &e.PreviousExpiresAt, &e.Version, &e.CreatedAt, &e.UpdatedAt,
-		&e.MaxInFlight, &e.Circuit, &e.ProbeAt, &e.Ordering}, more...)...)
+		&e.MaxInFlight, &e.Circuit, &e.ProbeAt, &e.Ordering, &e.Filter}, more...)...)
 	if e.EventTypes == nil {
 		e.EventTypes = []string{}
 	}
@@ -40,7 +41,8 @@ type NewEndpoint struct {
 	EventTypes         []string
 	RateLimitPerSecond *int
 	MaxInFlight        *int
-	Ordering           string // "": webhookd.OrderingNone
+	Ordering           string          // "": webhookd.OrderingNone
+	Filter             json.RawMessage // checked (filter.Compile); nil: none
 	Secret             string
 }
 
@@ -51,11 +53,11 @@ func (s *Store) CreateEndpoint(ctx context.Context, projectID string, n NewEndpo
 	}
 	row := s.q.QueryRow(ctx, `
 		INSERT INTO endpoints (id, project_id, url, description, event_types, rate_limit_per_second, secret, created_at, updated_at,
-			max_in_flight, ordering)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, COALESCE($9::int, $10::int), $11)
+			max_in_flight, ordering, filter)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, COALESCE($9::int, $10::int), $11, $12)
 		RETURNING `+endpointColumns,
 		newID(prefixEndpoint), projectID, n.URL, n.Description, n.EventTypes, n.RateLimitPerSecond, s.box.sealString(n.Secret), now, n.MaxInFlight,
-		webhookd.DefaultMaxInFlight, cmp.Or(n.Ordering, webhookd.OrderingNone))
+		webhookd.DefaultMaxInFlight, cmp.Or(n.Ordering, webhookd.OrderingNone), filterArg(n.Filter))
 	e, err := s.scanEndpoint(row)
 	return e, translate(err, "endpoint")
 }
@@ -104,6 +106,8 @@ type EndpointPatch struct {
 	// Ordering applies to the deliveries of events accepted from then on:
 	// those accepted before keep the order (or none) they were made with.
 	Ordering *string
+	// Filter replaces the filter; a pointer to nil removes it.
+	Filter *json.RawMessage
 	// ReplayDeadLetters, with Status active for a disabled endpoint,
 	// replays its dead letters of the outage in one job
 	// (UpdateEndpointAndReplay).
@@ -181,6 +185,9 @@ func (s *Store) UpdateEndpointAndReplay(ctx context.Context, projectID, id strin
 		if p.Ordering != nil {
 			cur.Ordering = *p.Ordering
 		}
+		if p.Filter != nil {
+			cur.Filter = *p.Filter
+		}
 		// Enabled by a person, an endpoint starts afresh: the failing spell
 		// and the open circuit of before would disable it again at its
 		// first failure and hold its deliveries for a probe.
@@ -196,14 +203,22 @@ func (s *Store) UpdateEndpointAndReplay(ctx context.Context, projectID, id strin
 		out, err = s.scanEndpoint(tx.QueryRow(ctx, `
 			UPDATE endpoints SET url = $3, description = $4, event_types = $5, rate_limit_per_second = $6,
 				status = $7, disabled_reason = $8, version = version + 1, updated_at = $9, max_in_flight = $10,
-				ordering = $11`+closeCircuitIf12+`
+				ordering = $11, filter = $13`+closeCircuitIf12+`
 			WHERE id = $1 AND project_id = $2
 			RETURNING `+endpointColumns,
 			id, projectID, cur.URL, cur.Description, cur.EventTypes, cur.RateLimitPerSecond,
-			cur.Status, cur.DisabledReason, now, cur.MaxInFlight, cur.Ordering, enable))
+			cur.Status, cur.DisabledReason, now, cur.MaxInFlight, cur.Ordering, enable, filterArg(cur.Filter)))
 		return err
 	})
 	return out, job, translate(err, "endpoint")
+}
+
+// filterArg is a filter as its column's argument: NULL for none.
+func filterArg(f json.RawMessage) any {
+	if len(f) == 0 || string(f) == "null" {
+		return nil
+	}
+	return string(f)
 }
 
 // closeCircuitIf12 is the SET list that, when $12 is true, closes the

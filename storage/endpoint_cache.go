@@ -10,6 +10,8 @@ import (
 	"sync"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/webhookd/webhookd/filter"
 )
 
 // endpointCache holds, per project, the endpoints an event request may
@@ -46,14 +48,18 @@ func (db *DB) endpoints(ctx context.Context, projects []string) (map[string][]en
 	if len(missing) == 0 {
 		return out, nil
 	}
-	rows, err := db.pool.Query(ctx, `SELECT project_id, id, event_types, status = 'active', ordering = 'fifo', version
+	rows, err := db.pool.Query(ctx, `SELECT project_id, id, event_types, status = 'active', ordering = 'fifo', version, filter
 		FROM endpoints WHERE project_id = ANY($1) AND deleted_at IS NULL ORDER BY project_id, id COLLATE "C"`, missing)
 	if err != nil {
 		return nil, err
 	}
-	var e endpointMatch
-	read := make(map[string][]endpointMatch, len(missing))
-	if _, err := pgx.ForEachRow(rows, []any{&e.projectID, &e.id, &e.types, &e.active, &e.fifo, &e.version}, func() error {
+	var (
+		e    endpointMatch
+		flt  []byte
+		read = make(map[string][]endpointMatch, len(missing))
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&e.projectID, &e.id, &e.types, &e.active, &e.fifo, &e.version, &flt}, func() error {
+		e.filter, _ = filter.Compile(flt)
 		read[e.projectID] = append(read[e.projectID], e)
 		e.types = nil // the next row's scan must not reuse its array
 		return nil

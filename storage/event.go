@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/filter"
 )
 
 // NewEvent is a validated event to ingest.
@@ -143,11 +144,16 @@ type endpointMatch struct {
 	active    bool
 	fifo      bool // ordering fifo: its deliveries take a place in its queue
 	version   int  // bumped by every change that matters to matching
+	// filter narrows the events of its types it gets (nil: all of them).
+	// Stored only once checked, it compiles; should it not, every event
+	// of its types goes (a delivery too many, never one lost).
+	filter *filter.Filter
 }
 
 // matchEndpoints returns, per event, the ids of the endpoints it goes to:
 // the listed endpoint_ids that are active, else every active endpoint
-// subscribed to its type. eps are the project's candidates in id order; a
+// subscribed to its type whose filter the event matches (a listed
+// endpoint is asked for by name: its filter does not apply). eps are the project's candidates in id order; a
 // listed id that is not among them fails validation.
 func matchEndpoints(evs []NewEvent, eps []endpointMatch, fieldPrefix func(int) string) ([][]string, error) {
 	out := make([][]string, len(evs))
@@ -172,7 +178,7 @@ func matchEndpoints(evs []NewEvent, eps []endpointMatch, fieldPrefix func(int) s
 			continue
 		}
 		for _, e := range eps {
-			if e.active && (len(e.types) == 0 || slices.Contains(e.types, ev.Type)) {
+			if e.active && (len(e.types) == 0 || slices.Contains(e.types, ev.Type)) && e.filter.Match(ev.Type, ev.Data) {
 				out[i] = append(out[i], e.id)
 			}
 		}
