@@ -23,12 +23,17 @@ export interface NewEndpoint {
   /** The ceiling of the endpoint's adaptive concurrency limit per worker
    * (1–1000); absent or null: the default, 1000. */
   max_in_flight?: number | null; ordering?: "none" | "fifo";
+  /** Conditions on the event's type and data it must match, beside its
+   * event types: `{"data.status": "shipped", "data.total": {"$gt": 100}}`. */
+  filter?: Record<string, unknown> | null;
 }
 
 export interface EndpointPatch {
   url?: string; description?: string; event_types?: string[] | null; rate_limit_per_second?: number | null;
   /** null: back to the default, 1000. */
   max_in_flight?: number | null; ordering?: "none" | "fifo"; status?: "active" | "disabled"; replay_dead_letters?: boolean;
+  /** null: remove it. */
+  filter?: Record<string, unknown> | null;
 }
 
 export interface Endpoint {
@@ -38,6 +43,8 @@ export interface Endpoint {
   max_in_flight: number;
   /** fifo: deliveries in acceptance order, one at a time (not offered yet: always none). */
   ordering: "none" | "fifo";
+  /** The conditions an event of its types must match; null: none. */
+  filter: Record<string, unknown> | null;
   /** Its circuit breaker: open after consecutive failures, its due deliveries
    * then waiting for probes without spending attempts. */
   circuit: "closed" | "open" | "probing";
