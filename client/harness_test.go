@@ -55,6 +55,16 @@ func newStackWindow(t testing.TB, plan storage.ProjectPlan, window time.Duration
 	return s
 }
 
+// client is a client of the stack's API with its key.
+func (s *stack) client(t testing.TB) *client.Client {
+	t.Helper()
+	c, err := client.New(s.api.URL, s.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 // count returns the number of rows of a table.
 func (s *stack) count(t testing.TB, table string) int {
 	t.Helper()

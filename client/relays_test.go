@@ -15,11 +15,7 @@ import (
 // enabling it again.
 func TestRelayEndpointMakesThenReuses(t *testing.T) {
 	t.Parallel()
-	s := newStack(t, storage.ProjectPlan{})
-	c, err := client.New(s.api.URL, s.key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newStack(t, storage.ProjectPlan{}).client(t)
 	ctx := context.Background()
 	if _, err := c.CreateEndpoint(ctx, client.NewEndpoint{URL: "https://example.com/hooks"}); err != nil {
 		t.Fatal(err)
