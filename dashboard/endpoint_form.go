@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/webhookd/webhookd"
+	endpointfilter "github.com/webhookd/webhookd/filter"
 	"github.com/webhookd/webhookd/internal/netguard"
 	"github.com/webhookd/webhookd/storage"
 )
@@ -40,6 +42,7 @@ type endpointFormView struct {
 	EventTypes  []string // ticked: of the catalog
 	OtherTypes  string   // the rest, comma-separated
 	Ordered     bool     // ordering fifo
+	Filter      string   // its JSON text; "": none
 	Catalog     []storage.EventTypeRow
 	Error       string
 }
@@ -111,7 +114,8 @@ func (s *Server) catalog(ctx context.Context, projectID string) ([]storage.Event
 // formOf fills a form view with stored values: types of the catalog are
 // ticked, the others listed as text.
 func formOf(e webhookd.Endpoint, catalog []storage.EventTypeRow) endpointFormView {
-	f := endpointFormView{URL: e.URL, Description: e.Description, Catalog: catalog, Ordered: e.Ordering == webhookd.OrderingFIFO}
+	f := endpointFormView{URL: e.URL, Description: e.Description, Catalog: catalog, Ordered: e.Ordering == webhookd.OrderingFIFO,
+		Filter: string(e.Filter)}
 	var other []string
 	for _, t := range e.EventTypes {
 		if slices.ContainsFunc(catalog, func(c storage.EventTypeRow) bool { return c.Name == t }) {
@@ -133,7 +137,8 @@ func (s *Server) readEndpointForm(w http.ResponseWriter, r *http.Request) (endpo
 		return endpointFormView{}, nil, "The form could not be read."
 	}
 	f := endpointFormView{URL: strings.TrimSpace(r.PostForm.Get("url")), Description: r.PostForm.Get("description"),
-		EventTypes: r.PostForm["event_type"], OtherTypes: r.PostForm.Get("other_types"), Ordered: r.PostForm.Get("ordered") != ""}
+		EventTypes: r.PostForm["event_type"], OtherTypes: r.PostForm.Get("other_types"), Ordered: r.PostForm.Get("ordered") != "",
+		Filter: strings.TrimSpace(r.PostForm.Get("filter"))}
 	types := slices.Clone(f.EventTypes)
 	for _, t := range strings.Split(f.OtherTypes, ",") {
 		if t = strings.TrimSpace(t); t != "" {
@@ -156,10 +161,28 @@ func (s *Server) readEndpointForm(w http.ResponseWriter, r *http.Request) (endpo
 			return f, nil, fmt.Sprintf("%q is not an event type: 1 to 128 characters of A-Z a-z 0-9 . _ : -", t)
 		}
 	}
+	if f.Filter != "" {
+		if _, err := endpointfilter.Compile([]byte(f.Filter)); err != nil {
+			return f, nil, "The filter: " + err.Error()
+		}
+	}
 	if types == nil {
 		types = []string{}
 	}
 	return f, types, ""
+}
+
+// filterJSON is the form's filter as stored: compacted JSON, or nil for
+// none.
+func (f endpointFormView) filterJSON() json.RawMessage {
+	if f.Filter == "" {
+		return nil
+	}
+	var b bytes.Buffer
+	if json.Compact(&b, []byte(f.Filter)) != nil {
+		return json.RawMessage(f.Filter)
+	}
+	return b.Bytes()
 }
 
 // checkEndpointURL applies the API's rules for endpoint URLs (a relay's
@@ -206,7 +229,7 @@ func (s *Server) createEndpoint(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	e, err := s.store.CreateEndpoint(r.Context(), sc.ProjectID, storage.NewEndpoint{URL: f.URL, Description: f.Description,
-		EventTypes: types, Ordering: f.ordering(), Secret: secret}, s.cfg.Clock.Now())
+		EventTypes: types, Ordering: f.ordering(), Filter: f.filterJSON(), Secret: secret}, s.cfg.Clock.Now())
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -253,7 +276,7 @@ func (s *Server) updateEndpoint(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_, err := s.store.UpdateEndpoint(r.Context(), ep.ProjectID, ep.ID, storage.EndpointPatch{URL: &f.URL,
-		Description: &f.Description, EventTypes: &types, Ordering: ptr(f.ordering())}, s.cfg.Clock.Now())
+		Description: &f.Description, EventTypes: &types, Ordering: ptr(f.ordering()), Filter: ptr(f.filterJSON())}, s.cfg.Clock.Now())
 	if webhookd.ErrorCode(err) == webhookd.CodeNotFound {
 		redirect(w, r, "/endpoints?done="+webhookd.CodeNotFound)
 		return

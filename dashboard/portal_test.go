@@ -347,8 +347,14 @@ func TestPortalActsOnItsOwnProject(t *testing.T) {
 	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "form-error") {
 		t.Fatalf("bad URL: %d", resp.StatusCode)
 	}
+	resp, body = f.do(c, "POST", base+"/endpoints", url.Values{"url": {"https://hooks.example.com/in"},
+		"filter": {`{"data.total": {"$gt": "x", "$bad": 1}}`}}, nil)
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(parseHTML(t, body).Find("#form-error").Text(), "$bad") {
+		t.Fatalf("bad filter: %d", resp.StatusCode)
+	}
 	resp, _ = f.do(c, "POST", base+"/endpoints", url.Values{"url": {"https://hooks.example.com/in"},
-		"description": {"mine"}, "event_type": {"order.paid"}, "other_types": {"order.refunded, order.paid"}, "ordered": {"fifo"}}, nil)
+		"description": {"mine"}, "event_type": {"order.paid"}, "other_types": {"order.refunded, order.paid"}, "ordered": {"fifo"},
+		"filter": {`{"data.total": {"$gt": 100}}`}}, nil)
 	loc := resp.Header.Get("Location")
 	if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(loc, base+"/endpoints/ep_") {
 		t.Fatalf("create: %d %q", resp.StatusCode, loc)
@@ -356,8 +362,11 @@ func TestPortalActsOnItsOwnProject(t *testing.T) {
 	newID := strings.TrimSuffix(strings.TrimPrefix(loc, base+"/endpoints/"), "?saved=1")
 	created, err := f.db.Store().GetEndpoint(ctx, p.ID, newID)
 	if err != nil || created.URL != "https://hooks.example.com/in" || strings.Join(created.EventTypes, ",") != "order.paid,order.refunded" ||
-		created.Ordering != webhookd.OrderingFIFO {
+		created.Ordering != webhookd.OrderingFIFO || !strings.Contains(string(created.Filter), `"$gt"`) {
 		t.Fatalf("created %+v %v", created, err)
+	}
+	if _, body = f.do(c, "GET", base+"/endpoints/"+newID, nil, nil); !strings.Contains(parseHTML(t, body).Find("#filter").Text(), "data.total") {
+		t.Fatal("the endpoint's page does not show its filter")
 	}
 	resp, _ = f.do(c, "POST", base+"/endpoints/"+newID, url.Values{"url": {"https://hooks.example.com/v2"}, "description": {"v2"}}, nil)
 	if resp.StatusCode != http.StatusSeeOther {
@@ -365,7 +374,7 @@ func TestPortalActsOnItsOwnProject(t *testing.T) {
 	}
 	updated, _ := f.db.Store().GetEndpoint(ctx, p.ID, newID)
 	if updated.URL != "https://hooks.example.com/v2" || updated.Description != "v2" || len(updated.EventTypes) != 0 ||
-		updated.Ordering != webhookd.OrderingNone {
+		updated.Ordering != webhookd.OrderingNone || updated.Filter != nil {
 		t.Fatalf("updated %+v", updated)
 	}
 	if resp, _ = f.do(c, "POST", base+"/endpoints/"+newID+"/status", url.Values{"status": {"disabled"}}, nil); resp.Header.Get("Location") != base+"/endpoints?done=disabled" {
