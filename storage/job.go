@@ -195,7 +195,8 @@ func (s *Store) JobDeadLetters(ctx context.Context, j *ClaimedJob, f DeadLetterF
 }
 
 // UpdateJobProgress stores j's Done, FailedCount and Cursor and renews its
-// lease from now. It returns ErrJobLeased when the lease was lost.
+// lease from now. It returns ErrJobCanceled when the job was canceled,
+// ErrJobLeased when the lease was lost otherwise.
 func (s *Store) UpdateJobProgress(ctx context.Context, j *ClaimedJob, now time.Time) error {
 	until := leaseEnd(now, j.lease)
 	err := s.q.QueryRow(ctx, `UPDATE jobs SET done = $3, failed_count = $4, cursor = nullif($5, ''),
@@ -203,7 +204,7 @@ func (s *Store) UpdateJobProgress(ctx context.Context, j *ClaimedJob, now time.T
 		WHERE id = $1 AND locked_until = $2 AND status = 'running' RETURNING total`,
 		j.ID, j.until, j.Done, j.FailedCount, j.Cursor, until).Scan(&j.Total)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return ErrJobLeased
+		return s.lostJob(ctx, j.ID)
 	}
 	if err != nil {
 		return fmt.Errorf("job progress: %w", err)
