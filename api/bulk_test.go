@@ -108,6 +108,8 @@ func TestBulkAcceptsLinesInOrderAndListsRefusedOnes(t *testing.T) {
 		1500: "external_id_taken", // taken before
 		2001: "external_id_taken", // taken by line 2000
 		2999: "validation_failed", // unknown endpoint
+		11:   "external_id_taken", // taken by line 10, in the same chunk
+		12:   "external_id_taken", // and again
 	}
 	body := bulkBody(n, func(i int) string {
 		switch i {
@@ -115,6 +117,8 @@ func TestBulkAcceptsLinesInOrderAndListsRefusedOnes(t *testing.T) {
 			return `{"data":{"n":7}}`
 		case 1500:
 			return `{"type":"bulk.item","data":{"n":1500},"external_id":"taken"}`
+		case 10, 11, 12:
+			return fmt.Sprintf(`{"type":"bulk.item","data":{"n":%d},"external_id":"dup"}`, i)
 		case 2000, 2001:
 			return fmt.Sprintf(`{"type":"bulk.item","data":{"n":%d},"external_id":"x2000"}`, i)
 		case 2999:

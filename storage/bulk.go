@@ -154,7 +154,8 @@ type BulkLine struct {
 // path every event request takes (ingestGroup: endpoints matched, external
 // ids honoured, deliveries fanned out), and in the same transaction adds
 // the accepted ones to j's done, the refused ones (an Err of their own,
-// an unknown endpoint id, a taken external id) to its failed_count and its
+// an unknown endpoint id, an external id taken before or by an earlier
+// line, even one refused otherwise) to its failed_count and its
 // errors, moves its CursorLine to through (the last line the lines cover,
 // blank ones included) and renews its lease from now. The transaction
 // first locks the job's row and goes on only while the job runs under
@@ -188,17 +189,30 @@ func (s *Store) AcceptBulkLines(ctx context.Context, j *ClaimedJob, lines []Bulk
 	}
 	calls := make([]*ingestCall, len(lines))
 	var pending []*ingestCall
-	for i, l := range lines {
+	seen := map[string]int{} // external id → the line that has it first
+	for i := range lines {
+		l := &lines[i]
 		if l.Err != nil {
 			continue
+		}
+		// A repeat of an earlier line's external id is refused here, as
+		// the group would refuse it (taken by that line), but at once
+		// rather than one repeat a round.
+		if x := l.Event.ExternalID; x != nil {
+			if first, dup := seen[*x]; dup {
+				l.Err = &webhookd.Error{Code: webhookd.CodeExternalIDTaken, Field: "external_id",
+					Message: fmt.Sprintf("line %d has external_id %q already", first, *x)}
+				continue
+			}
+			seen[*x] = l.Line
 		}
 		calls[i] = &ingestCall{req: IngestRequest{Key: IdempotencyKey{ProjectID: j.ProjectID}, Events: []NewEvent{l.Event},
 			Now: now, FieldPrefix: func(int) string { return "" }}, k: ikey{project: j.ProjectID}}
 		pending = append(pending, calls[i])
 	}
-	// A line goes again when its group found its external id taken (by
-	// an earlier line, or before) or the endpoints changed: each goes at
-	// most maxGroupTries times, in this transaction.
+	// A line goes again when its group found its external id taken (the
+	// next round refuses it) or the endpoints changed: at most
+	// maxGroupTries rounds, in this transaction.
 	for try := 0; len(pending) > 0; try++ {
 		if try == maxGroupTries {
 			return nil, errors.New("bulk lines: the endpoints kept changing")
