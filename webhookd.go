@@ -92,11 +92,13 @@ const (
 // Job kinds and states.
 const (
 	JobDeadLetterReplay = "dead_letter_replay"
+	JobEventBulk        = "event_bulk"
 
 	JobQueued    = "queued"
 	JobRunning   = "running"
 	JobSucceeded = "succeeded"
 	JobFailed    = "failed"
+	JobCanceled  = "canceled"
 )
 
 // TestEventType is the type of the event POST /v1/endpoints/{id}/test sends.
@@ -223,6 +225,20 @@ type Job struct {
 	FailedCount int
 	CreatedAt   time.Time
 	FinishedAt  *time.Time
+}
+
+// Finished reports whether the job is over: succeeded, failed or canceled.
+func (j Job) Finished() bool {
+	return j.Status == JobSucceeded || j.Status == JobFailed || j.Status == JobCanceled
+}
+
+// JobError is a line of a bulk job that was refused: its 1-based number
+// and the error the single event route would have answered for it.
+type JobError struct {
+	Line    int
+	Code    string
+	Message string
+	Field   string // "" when the error names none
 }
 
 // Enqueuer hands committed work to the queue. The queue is only a

@@ -199,17 +199,8 @@ func (s *Server) idempotent(limit int64, h handlerFunc) func(http.ResponseWriter
 // idempotencyKey checks the Idempotency-Key and reads the body; when it
 // refuses, the answer is written already.
 func (s *Server) idempotencyKey(w http.ResponseWriter, c *call, limit int64) (storage.IdempotencyKey, bool) {
-	key := c.r.Header.Get("Idempotency-Key")
-	switch {
-	case key == "":
-		s.fail(w, c, &webhookd.Error{Code: webhookd.CodeIdempotencyKeyRequired, Message: "this route requires an Idempotency-Key header"})
-		return storage.IdempotencyKey{}, false
-	case len(key) > 255:
-		s.fail(w, c, &webhookd.Error{Code: webhookd.CodeIdempotencyKeyTooLong, Message: "Idempotency-Key is longer than 255 characters"})
-		return storage.IdempotencyKey{}, false
-	}
-	if err := checkText("Idempotency-Key", key); err != nil {
-		s.fail(w, c, err)
+	key, ok := s.checkIdempotencyKey(w, c)
+	if !ok {
 		return storage.IdempotencyKey{}, false
 	}
 	var err error
@@ -220,6 +211,25 @@ func (s *Server) idempotencyKey(w http.ResponseWriter, c *call, limit int64) (st
 	credential, _ := bearerToken(c.r) // authenticated already
 	return storage.IdempotencyKey{ProjectID: c.project.ID, Key: key, TTL: c.project.IdempotencyTTL,
 		Fingerprint: fingerprint(c.r.Method, c.r.URL.Path, c.body), Credential: credential}, true
+}
+
+// checkIdempotencyKey returns the request's Idempotency-Key; when it is
+// missing or bad, the refusal is written already.
+func (s *Server) checkIdempotencyKey(w http.ResponseWriter, c *call) (string, bool) {
+	key := c.r.Header.Get("Idempotency-Key")
+	switch {
+	case key == "":
+		s.fail(w, c, &webhookd.Error{Code: webhookd.CodeIdempotencyKeyRequired, Message: "this route requires an Idempotency-Key header"})
+		return "", false
+	case len(key) > 255:
+		s.fail(w, c, &webhookd.Error{Code: webhookd.CodeIdempotencyKeyTooLong, Message: "Idempotency-Key is longer than 255 characters"})
+		return "", false
+	}
+	if err := checkText("Idempotency-Key", key); err != nil {
+		s.fail(w, c, err)
+		return "", false
+	}
+	return key, true
 }
 
 // runIdempotent runs h at most once for ik (storage.WithIdempotency) and

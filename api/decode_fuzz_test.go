@@ -15,7 +15,7 @@ func FuzzParseEvent(f *testing.F) {
 		`{"type":5}`, `[]`, `{"data":`, `{"type":"a","data":1,"x":2}`, `"str"`, `{"type":"a","data":1,"endpoint_ids":[""]}`} {
 		f.Add([]byte(seed))
 	}
-	s := &Server{cfg: Config{MaxPayloadBytes: 1024}}
+	s := newEventChecker(nil, 1024)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		ev, err := s.parseEvent(body, "")
 		if err == nil {

@@ -72,7 +72,7 @@ func (s *Server) events(limit int64, batch bool) func(http.ResponseWriter, *http
 
 // parseEvents validates the body of POST /v1/events, or of
 // POST /v1/events/batch when batch is set.
-func (s *Server) parseEvents(body []byte, batch bool) ([]storage.NewEvent, error) {
+func (s *eventChecker) parseEvents(body []byte, batch bool) ([]storage.NewEvent, error) {
 	if !batch {
 		ev, err := s.parseEvent(body, "")
 		if err != nil {
@@ -172,7 +172,7 @@ func (s *Server) enqueue(ctx context.Context, now time.Time, evs []webhookd.Even
 }
 
 // parseEvent validates one event object; prefix names its place in a batch.
-func (s *Server) parseEvent(body []byte, prefix string) (storage.NewEvent, error) {
+func (s *eventChecker) parseEvent(body []byte, prefix string) (storage.NewEvent, error) {
 	var (
 		ev   storage.NewEvent
 		typ  string
@@ -197,9 +197,9 @@ func (s *Server) parseEvent(body []byte, prefix string) (storage.NewEvent, error
 		return ev, webhookd.Invalid(prefix+"data", "is required (any JSON value)")
 	}
 	data = compactJSON(data)
-	if int64(len(data)) > s.cfg.MaxPayloadBytes {
+	if int64(len(data)) > s.maxPayload {
 		return ev, &webhookd.Error{Code: webhookd.CodePayloadTooLarge, Field: prefix + "data",
-			Message: fmt.Sprintf("%sdata is larger than %d bytes", prefix, s.cfg.MaxPayloadBytes)}
+			Message: fmt.Sprintf("%sdata is larger than %d bytes", prefix, s.maxPayload)}
 	}
 	if x := ev.ExternalID; x != nil && (len(*x) == 0 || len(*x) > 255) {
 		return ev, webhookd.Invalid(prefix+"external_id", "must be 1 to 255 characters")

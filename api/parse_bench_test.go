@@ -10,7 +10,7 @@ import (
 func BenchmarkParseBatch(b *testing.B) {
 	item := `{"type":"order.created","data":{"id":42,"items":[1,2,3],"total":"9.99","note":"a \u00e9 b"}}`
 	body := []byte(`{"events":[` + strings.TrimSuffix(strings.Repeat(item+",", 1000), ",") + `]}`)
-	s := &Server{cfg: Config{MaxPayloadBytes: 1 << 20}}
+	s := newEventChecker(nil, 1<<20)
 	b.SetBytes(int64(len(body)))
 	for b.Loop() {
 		if _, err := s.parseEvents(body, true); err != nil {

@@ -172,7 +172,7 @@ func (c *schemaCache) forget(projectID string) {
 // validateEvents checks the data of each event whose type the project's
 // catalog marks validate against the type's schema (SPEC §5b), before the
 // events are written; prefix names an event's place in a batch.
-func (s *Server) validateEvents(ctx context.Context, projectID string, evs []storage.NewEvent, prefix func(int) string) error {
+func (s *eventChecker) validateEvents(ctx context.Context, projectID string, evs []storage.NewEvent, prefix func(int) string) error {
 	types, err := s.validatingTypes(ctx, projectID)
 	if err != nil || len(types) == 0 {
 		return err
@@ -196,7 +196,7 @@ func (s *Server) validateEvents(ctx context.Context, projectID string, evs []sto
 	return nil
 }
 
-func (s *Server) validatingTypes(ctx context.Context, projectID string) (map[string]int, error) {
+func (s *eventChecker) validatingTypes(ctx context.Context, projectID string) (map[string]int, error) {
 	c := s.schemas
 	now := time.Now()
 	c.mu.Lock()
@@ -221,7 +221,7 @@ func (s *Server) validatingTypes(ctx context.Context, projectID string) (map[str
 // schemaOf returns the compiled schema of a version of an event type,
 // compiling it once; nil when the type no longer validates at that
 // version.
-func (s *Server) schemaOf(ctx context.Context, projectID, name string, version int) (*jsonschema.Schema, error) {
+func (s *eventChecker) schemaOf(ctx context.Context, projectID, name string, version int) (*jsonschema.Schema, error) {
 	c := s.schemas
 	key := schemaKey{projectID, name, version}
 	c.mu.Lock()

@@ -38,6 +38,11 @@ type Config struct {
 	MaxPayloadBytes int64
 	// MaxBatchBytes caps the body of POST /v1/events/batch; default 1 MiB.
 	MaxBatchBytes int64
+	// MaxBulkBytes caps the body of POST /v1/events/bulk; default 64 MiB.
+	MaxBulkBytes int64
+	// MaxBulkEvents caps the events (lines) of one bulk body; default
+	// 100,000.
+	MaxBulkEvents int
 	// IdempotencyWait is how long a repeat waits for a concurrent first
 	// request with the same key; default 10s.
 	IdempotencyWait time.Duration
@@ -114,6 +119,12 @@ func (c Config) WithDefaults() Config {
 	if c.MaxBatchBytes == 0 {
 		c.MaxBatchBytes = 1 << 20
 	}
+	if c.MaxBulkBytes == 0 {
+		c.MaxBulkBytes = 64 << 20
+	}
+	if c.MaxBulkEvents == 0 {
+		c.MaxBulkEvents = 100_000
+	}
 	if c.IngestGroups <= 0 {
 		c.IngestGroups = 4
 	}
@@ -152,6 +163,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("api config: MaxPayloadBytes %d is below 1024", c.MaxPayloadBytes)
 	case c.MaxBatchBytes < c.MaxPayloadBytes:
 		return fmt.Errorf("api config: MaxBatchBytes %d is below MaxPayloadBytes", c.MaxBatchBytes)
+	case c.MaxBulkBytes < 0:
+		return errors.New("api config: MaxBulkBytes is negative")
+	case c.MaxBulkEvents < 0:
+		return errors.New("api config: MaxBulkEvents is negative")
 	case c.IdempotencyWait < 0:
 		return errors.New("api config: IdempotencyWait is negative")
 	case c.RequestTimeout < 0:
@@ -183,14 +198,17 @@ type Server struct {
 	work sync.WaitGroup
 	// warm runs the handlers (timeout.go) on goroutines that outlive a
 	// request, so their stacks grow once rather than on every request.
-	warm    *warm.Pool
-	keys    *keyCache
-	schemas *schemaCache       // the event-type catalog's schemas (schemas.go)
-	stop    context.CancelFunc // ends the key-revocation watch
-	mux     *http.ServeMux
+	warm *warm.Pool
+	keys *keyCache
+	// eventChecker reads and checks event objects, against the event-type
+	// catalog's schemas among the rest (schemas.go).
+	*eventChecker
+	stop context.CancelFunc // ends the key-revocation watch
+	mux  *http.ServeMux
 	// streams are the routes that take their connection over (relay
-	// streams): served with auth and the rate limit, outside the request
-	// bound and the buffered answer of handler.
+	// streams) or read their body as a stream (bulk jobs): served with
+	// auth and the rate limit, outside the request bound and the buffered
+	// answer of handler.
 	streams *http.ServeMux
 	handler http.Handler // mux, counted (metrics.go), bounded in time (timeout.go)
 	// patterns are the routes registered, in order (for the test that
@@ -205,7 +223,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, db: cfg.DB, log: cfg.Logger, clock: cfg.Clock, mux: http.NewServeMux(), keys: newKeyCache(),
-		schemas: newSchemaCache(), warm: warm.New(time.Minute),
+		eventChecker: newEventChecker(cfg.DB, cfg.MaxPayloadBytes), warm: warm.New(time.Minute),
 		deferred: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "webhookd_api_enqueue_deferred_total",
 			Help: "New deliveries not handed to Redis after their commit (it could not be reached); the reconciler enqueues them.",
@@ -250,7 +268,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeBody(w, status, body)
 		return
 	}
-	if strings.HasPrefix(r.URL.Path, relaysPrefix) { // the one stream route; a mux lookup for every request cost 0.4 % of ingest's CPU
+	if strings.HasPrefix(r.URL.Path, relaysPrefix) || r.URL.Path == bulkPath { // the stream routes; a mux lookup for every request cost 0.4 % of ingest's CPU
 		if _, pattern := s.streams.Handler(r); pattern != "" {
 			s.streams.ServeHTTP(w, r) // which sets the path's values, as Handler does not
 			return
@@ -273,6 +291,7 @@ func (s *Server) routes() {
 	p := s.cfg.MaxPayloadBytes
 	s.handle("POST /v1/events", s.events(p, false))
 	s.handle("POST /v1/events/batch", s.events(s.cfg.MaxBatchBytes, true))
+	s.handleOn(s.streams, "POST "+bulkPath, s.bulk)
 	s.handle("GET /v1/events/{id}", s.plain(s.getEvent))
 	s.handle("POST /v1/endpoints", s.idempotent(p, s.createEndpoint))
 	s.handle("GET /v1/endpoints", s.plain(s.listEndpoints))
@@ -289,6 +308,8 @@ func (s *Server) routes() {
 	s.handle("GET /v1/dead-letters", s.plain(s.listDeadLetters))
 	s.handle("POST /v1/dead-letters/replay", s.idempotent(p, s.replayDeadLetters))
 	s.handle("GET /v1/jobs/{id}", s.plain(s.getJob))
+	s.handle("GET /v1/jobs/{id}/errors", s.getJobErrors)
+	s.handle("POST /v1/jobs/{id}/cancel", s.idempotent(p, s.cancelJob))
 	s.handle("POST /v1/portal-sessions", s.idempotent(p, s.createPortalSession))
 	s.handle("POST /v1/event-types", s.idempotent(p, s.createEventType))
 	s.handle("GET /v1/event-types", s.plain(s.listEventTypes))

@@ -154,3 +154,33 @@ func Example_verifyDelivery() {
 	// verified evt_01JDEMO
 	// 204
 }
+
+// Hand over many events in one call: they stream as NDJSON, and the
+// job's id comes back once the API has stored them all. A worker then
+// accepts them in order; WaitJob follows it.
+func ExampleClient_Bulk() {
+	c, err := client.New(apiURL, apiKey)
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	events := func(yield func(client.NewEvent) bool) {
+		for i := range 3 {
+			if !yield(client.NewEvent{Type: "contact.exported", Data: map[string]int{"contact": i}}) {
+				return
+			}
+		}
+	}
+	id, err := c.Bulk(ctx, events)
+	if err != nil {
+		log.Fatal(err)
+	}
+	j, err := c.Job(ctx, id)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(j.Kind, j.Total)
+	// With a worker running:
+	//	j, err = c.WaitJob(ctx, id, time.Second, func(j client.Job) { log.Printf("%d/%d", j.Done, j.Total) })
+	// Output: event_bulk 3
+}

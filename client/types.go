@@ -184,11 +184,13 @@ type DeadLetter struct {
 	ReplayedAt     *time.Time `json:"replayed_at"`
 }
 
-// Job is a background job (a dead-letter replay).
+// Job is a background job: a dead-letter replay (kind
+// "dead_letter_replay") or a bulk job (kind "event_bulk", whose Done counts
+// the lines accepted and FailedCount those refused).
 type Job struct {
 	ID          string     `json:"id"`
 	Kind        string     `json:"kind"`
-	Status      string     `json:"status"` // queued, running, succeeded or failed
+	Status      string     `json:"status"` // queued, running, succeeded, failed or canceled
 	Total       int        `json:"total"`
 	Done        int        `json:"done"`
 	FailedCount int        `json:"failed_count"`
@@ -197,7 +199,9 @@ type Job struct {
 }
 
 // Finished reports whether the job has stopped running.
-func (j *Job) Finished() bool { return j.Status == "succeeded" || j.Status == "failed" }
+func (j *Job) Finished() bool {
+	return j.Status == "succeeded" || j.Status == "failed" || j.Status == "canceled"
+}
 
 // DeliveryFilter selects deliveries; zero fields select everything.
 type DeliveryFilter struct {

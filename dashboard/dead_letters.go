@@ -176,23 +176,36 @@ func (s *Server) replayAll(w http.ResponseWriter, r *http.Request, f deadLetterF
 	redirect(w, r, "/jobs?"+jobs.Encode())
 }
 
-// jobs shows the replay jobs named by ?id=.
+// recentJobs is how many jobs /jobs lists without ?id=.
+const recentJobs = 50
+
+// jobs shows the jobs named by ?id= (the replays just started), or
+// without one the latest jobs of the scope (bulk jobs and replays), each
+// with a progress bar.
 func (s *Server) jobs(w http.ResponseWriter, r *http.Request) {
 	ids := r.URL.Query()["id"]
 	if len(ids) > 1000 {
 		ids = ids[:1000]
 	}
-	jobs, err := s.store.DashboardJobs(r.Context(), ids)
+	sc := scopeOf(r.Context())
+	var (
+		jobs []storage.JobRow
+		err  error
+	)
+	if len(ids) == 0 {
+		jobs, err = s.store.RecentJobs(r.Context(), sc.ProjectID, recentJobs)
+	} else {
+		jobs, err = s.store.DashboardJobs(r.Context(), ids)
+	}
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	sc := scopeOf(r.Context())
 	if slices.ContainsFunc(jobs, func(j storage.JobRow) bool { return !sc.owns(j.ProjectID) }) {
 		s.render(w, r, http.StatusNotFound, errorPage("Not found", "No such replay job."))
 		return
 	}
-	v := jobsView{Jobs: jobs, Now: s.cfg.Clock.Now()}
+	v := jobsView{Jobs: jobs, Now: s.cfg.Clock.Now(), Listed: len(ids) == 0}
 	for _, j := range jobs {
 		if j.FinishedAt == nil {
 			v.Running = true

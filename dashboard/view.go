@@ -253,7 +253,25 @@ type deadLettersView struct {
 type jobsView struct {
 	Jobs    []storage.JobRow
 	Running bool // some job is still queued or running
+	Listed  bool // the latest jobs, not those a replay just started
 	Now     time.Time
+}
+
+// jobKindName names a job's kind for people.
+func jobKindName(kind string) string {
+	if kind == webhookd.JobEventBulk {
+		return "bulk upload"
+	}
+	return "dead-letter replay"
+}
+
+// jobProgress is how far a job has gone: a bulk job's done counts only
+// its accepted lines, and its refused ones are behind it too.
+func jobProgress(j storage.JobRow) int {
+	if j.Kind == webhookd.JobEventBulk {
+		return j.Done + j.FailedCount
+	}
+	return j.Done
 }
 
 type endpointsView struct {

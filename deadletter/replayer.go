@@ -44,8 +44,9 @@ type Replayer struct {
 // one was attempted (failed attempts are counted in failed_count). A job
 // whose params cannot be read finishes failed.
 //
-// A finished or unknown job is a no-op. A job left half done continues
-// after its cursor. A job another run holds returns storage.ErrJobLeased;
+// A finished, canceled or unknown job is a no-op, and a job canceled while
+// it runs stops after the attempt in hand (not counted). A job left half
+// done continues after its cursor. A job another run holds returns storage.ErrJobLeased;
 // other errors (PostgreSQL, ctx) leave the job to continue on the next run.
 func (r *Replayer) Run(ctx context.Context, jobID string) error {
 	store, clock, log := r.DB.Store(), r.clock(), r.logger()
@@ -95,12 +96,21 @@ func (r *Replayer) Run(ctx context.Context, jobID string) error {
 				j.FailedCount++
 			}
 			j.Cursor = dl.ID
-			if err := store.UpdateJobProgress(ctx, j, clock.Now()); err != nil {
+			err = store.UpdateJobProgress(ctx, j, clock.Now())
+			if errors.Is(err, storage.ErrJobCanceled) {
+				log.Info("dead-letter replay job canceled", "job_id", j.ID, "done", j.Done-1)
+				return nil
+			}
+			if err != nil {
 				return fmt.Errorf("job %s: %w", j.ID, err)
 			}
 		}
 	}
-	if err := store.FinishJob(ctx, j, webhookd.JobSucceeded, "", clock.Now()); err != nil {
+	err = store.FinishJob(ctx, j, webhookd.JobSucceeded, "", clock.Now())
+	if errors.Is(err, storage.ErrJobCanceled) {
+		return nil
+	}
+	if err != nil {
 		return fmt.Errorf("job %s: %w", j.ID, err)
 	}
 	log.Info("dead-letter replay job succeeded", "job_id", j.ID, "total", j.Total, "done", j.Done,

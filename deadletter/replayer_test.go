@@ -221,6 +221,34 @@ func TestReplayerResumesAnInterruptedJob(t *testing.T) {
 	}
 }
 
+func TestReplayerStopsACanceledJob(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ep := f.endpoint()
+	ids := f.deadLetters(ep, "order.created", 5)
+	id := f.job(storage.DeadLetterFilter{EndpointID: ep})
+	fake := &attempts{before: func(ctx context.Context, n int) error {
+		if n == 2 {
+			if j, err := f.db.Store().CancelJob(ctx, f.project, id, time.Now()); err != nil || j.Status != webhookd.JobCanceled {
+				t.Errorf("cancel: %+v, %v", j, err)
+			}
+		}
+		return nil
+	}}
+	if err := f.replayer(fake).Run(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(fake.calls, ids[:3]) {
+		t.Fatalf("attempted %v after a cancel during the third of %v", fake.calls, ids)
+	}
+	if j := f.getJob(id); j.Status != webhookd.JobCanceled || j.Done != 2 || j.FinishedAt == nil {
+		t.Fatalf("canceled job %+v", j)
+	}
+	if err := f.replayer(fake).Run(context.Background(), id); err != nil || len(fake.calls) != 3 {
+		t.Fatalf("a canceled job ran again: %v, %v", err, fake.calls)
+	}
+}
+
 func TestReplayerLeavesAJobAnotherRunHolds(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)

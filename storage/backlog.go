@@ -16,7 +16,8 @@ type Backlog struct {
 	// when none is due.
 	OldestDue map[string]time.Time
 	// Jobs counts background jobs by status (queued, running), and
-	// JobsRemaining the items those jobs have still to do.
+	// JobsRemaining the items those jobs have still to do (a bulk job's
+	// refused lines are done with, as its accepted ones).
 	Jobs          map[string]int
 	JobsRemaining int
 	// CircuitsOpen counts the endpoints whose circuit is not closed, and
@@ -53,7 +54,7 @@ func (s *Store) ReadBacklog(ctx context.Context, now time.Time) (Backlog, error)
 		return b, fmt.Errorf("oldest due delivery: %w", err)
 	}
 	// jobs_runnable_idx covers exactly the queued and running jobs.
-	rows, err = s.q.Query(ctx, `SELECT status, count(*), COALESCE(sum(total - done), 0) FROM jobs
+	rows, err = s.q.Query(ctx, `SELECT status, count(*), COALESCE(sum(total - done - CASE kind WHEN 'event_bulk' THEN failed_count ELSE 0 END), 0) FROM jobs
 		WHERE status IN ('queued', 'running') GROUP BY status`)
 	if err != nil {
 		return b, fmt.Errorf("runnable jobs: %w", err)

@@ -284,6 +284,24 @@ func (s *Store) DashboardJobs(ctx context.Context, ids []string) ([]JobRow, erro
 	})
 }
 
+// RecentJobs returns up to limit jobs, newest first: of the project, or of
+// every project when projectID is "".
+func (s *Store) RecentJobs(ctx context.Context, projectID string, limit int) ([]JobRow, error) {
+	rows, err := s.q.Query(ctx, `SELECT j.id, j.project_id, j.kind, j.status, j.total, j.done, j.failed_count,
+			j.created_at, j.finished_at, pr.name
+		FROM jobs j JOIN projects pr ON pr.id = j.project_id WHERE $1 = '' OR j.project_id = $1
+		ORDER BY j.created_at DESC, j.id DESC LIMIT $2`, projectID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("recent jobs: %w", err)
+	}
+	return collect(rows, func(r pgx.Row) (JobRow, error) {
+		var j JobRow
+		err := r.Scan(&j.ID, &j.ProjectID, &j.Kind, &j.Status, &j.Total, &j.Done, &j.FailedCount, &j.CreatedAt,
+			&j.FinishedAt, &j.ProjectName)
+		return j, err
+	})
+}
+
 // EndpointRow is an endpoint as the dashboard lists it: with its project's
 // name and its latest delivery, if any.
 type EndpointRow struct {

@@ -31,8 +31,9 @@ type endpointCache struct {
 const maxCachedEndpoints = 200_000
 
 // endpoints returns the endpoints of projects, reading those the cache
-// lacks (on the pool, holding no other connection).
-func (db *DB) endpoints(ctx context.Context, projects []string) (map[string][]endpointMatch, error) {
+// lacks on q (the pool, holding no other connection, or the caller's
+// transaction).
+func (db *DB) endpoints(ctx context.Context, q querier, projects []string) (map[string][]endpointMatch, error) {
 	c := &db.cache
 	out := make(map[string][]endpointMatch, len(projects))
 	var missing []string
@@ -48,7 +49,7 @@ func (db *DB) endpoints(ctx context.Context, projects []string) (map[string][]en
 	if len(missing) == 0 {
 		return out, nil
 	}
-	rows, err := db.pool.Query(ctx, `SELECT project_id, id, event_types, status = 'active', ordering = 'fifo', version, filter
+	rows, err := q.Query(ctx, `SELECT project_id, id, event_types, status = 'active', ordering = 'fifo', version, filter
 		FROM endpoints WHERE project_id = ANY($1) AND deleted_at IS NULL ORDER BY project_id, id COLLATE "C"`, missing)
 	if err != nil {
 		return nil, err

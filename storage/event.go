@@ -45,7 +45,7 @@ func (s *Store) CreateEvents(ctx context.Context, projectID string, evs []NewEve
 		k: ikey{project: projectID}}
 	for range maxGroupTries {
 		c.retry = retryNone
-		if err := s.db.ingestGroup(ctx, []*ingestCall{c}, 0, func() {}); err != nil {
+		if err := s.db.ingestGroup(ctx, s.db.pool, []*ingestCall{c}, 0, func() {}); err != nil {
 			return nil, translate(err, "create events")
 		}
 		if c.retry == retryNone {

@@ -281,7 +281,7 @@ func (g *Ingester) run(group []*ingestCall) {
 		}
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), groupTimeout)
-	err := g.db.ingestGroup(ctx, group, groupLockTimeout, opened)
+	err := g.db.ingestGroup(ctx, g.db.pool, group, groupLockTimeout, opened)
 	cancel()
 	opened() // if the group failed before it sent its round trip
 

@@ -25,8 +25,10 @@ import (
 // row lock waited for longer than lockTimeout (0: no limit) fails the
 // group, which then writes nothing. A group with deliveries to ordered
 // endpoints first waits for their locks (lockFIFOSQL). opened is called
-// as the round trip is sent.
-func (db *DB) ingestGroup(ctx context.Context, group []*ingestCall, lockTimeout time.Duration, opened func()) error {
+// as the round trip is sent. q is the pool, where the batch is the
+// transaction, or a transaction of the caller's (a bulk job's chunk,
+// AcceptBulkLines), which a failed group leaves aborted.
+func (db *DB) ingestGroup(ctx context.Context, q querier, group []*ingestCall, lockTimeout time.Duration, opened func()) error {
 	defer opened()
 	var projects []string
 	for _, c := range group {
@@ -34,7 +36,7 @@ func (db *DB) ingestGroup(ctx context.Context, group []*ingestCall, lockTimeout 
 			projects = append(projects, c.k.project)
 		}
 	}
-	eps, err := db.endpoints(ctx, projects)
+	eps, err := db.endpoints(ctx, q, projects)
 	if err != nil {
 		return fmt.Errorf("ingest: read endpoints: %w", err)
 	}
@@ -54,10 +56,10 @@ func (db *DB) ingestGroup(ctx context.Context, group []*ingestCall, lockTimeout 
 		states, err = db.scanGroupStates(rows, w.calls)
 		return err
 	})
-	// The batch is one implicit transaction (no BEGIN, no COMMIT): it
-	// commits at the batch's end or, when a statement fails, PostgreSQL
-	// skips the rest and rolls it all back.
-	if err := db.pool.SendBatch(ctx, b).Close(); err != nil {
+	// On the pool, the batch is one implicit transaction (no BEGIN, no
+	// COMMIT): it commits at the batch's end or, when a statement fails,
+	// PostgreSQL skips the rest and rolls it all back.
+	if err := q.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("ingest: %w", err)
 	}
 	if len(states) != len(w.calls) {

@@ -20,6 +20,8 @@ var (
 	// ErrJobLeased says another runner holds the job's lease: ClaimJob
 	// cannot take it yet, or a holder whose lease ran out lost it.
 	ErrJobLeased = errors.New("job is held by another runner")
+	// ErrJobCanceled says the job was canceled while a runner held it.
+	ErrJobCanceled = errors.New("job is canceled")
 )
 
 const jobColumns = `id, project_id, kind, status, total, done, failed_count, created_at, finished_at`
@@ -50,6 +52,30 @@ func (s *Store) GetJob(ctx context.Context, projectID, id string) (webhookd.Job,
 	return j, translate(err, "job")
 }
 
+// CancelJob cancels one of the project's jobs that is queued or running
+// and drops a bulk job's body; a finished job is returned unchanged, an
+// unknown one is ErrNotFound. The update waits for the row lock a bulk
+// job's chunk holds while it commits (AcceptBulkLines), so once CancelJob
+// returns no further line of the job is accepted.
+func (s *Store) CancelJob(ctx context.Context, projectID, id string, now time.Time) (webhookd.Job, error) {
+	j, err := scanJob(s.q.QueryRow(ctx, `WITH c AS (
+			UPDATE jobs SET status = 'canceled', finished_at = $3, locked_until = NULL
+			WHERE id = $1 AND project_id = $2 AND status IN ('queued', 'running') RETURNING `+jobColumns+`
+		), body AS (DELETE FROM bulk_chunks WHERE job_id IN (SELECT id FROM c))
+		SELECT * FROM c`, id, projectID, now))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return s.GetJob(ctx, projectID, id)
+	}
+	return j, translate(err, "cancel job")
+}
+
+// JobKind returns the kind of a job, or ErrNotFound.
+func (s *Store) JobKind(ctx context.Context, id string) (string, error) {
+	var kind string
+	err := s.q.QueryRow(ctx, `SELECT kind FROM jobs WHERE id = $1`, id).Scan(&kind)
+	return kind, translate(err, "job")
+}
+
 // RunnableJobs returns the ids of every queued or running job, oldest
 // first, so that they can be enqueued again after a restart.
 func (s *Store) RunnableJobs(ctx context.Context) ([]string, error) {
@@ -71,10 +97,13 @@ type ClaimedJob struct {
 	webhookd.Job
 	Params json.RawMessage
 	Cursor string // the last dead letter processed; "" before the first
-	Scoped bool   // Total and the scope are fixed: ScopeJob ran
-	end    string // the last dead letter in scope
-	lease  time.Duration
-	until  time.Time // the lease's end; it also proves the lease is ours
+	// CursorLine is the last line of a bulk job's body processed; 0
+	// before the first.
+	CursorLine int
+	Scoped     bool   // Total and the scope are fixed: ScopeJob ran
+	end        string // the last dead letter in scope
+	lease      time.Duration
+	until      time.Time // the lease's end; it also proves the lease is ours
 }
 
 // Filter decodes the job's params. An unknown field is an error: a filter
@@ -96,8 +125,8 @@ func leaseEnd(now time.Time, lease time.Duration) time.Time {
 }
 
 // ClaimJob marks a queued or running job running (started_at set on the
-// first claim) and leases it to the caller until now + lease. A finished job
-// returns ErrJobFinished, a job another runner holds ErrJobLeased, an unknown
+// first claim) and leases it to the caller until now + lease. A finished
+// (succeeded, failed or canceled) job returns ErrJobFinished, a job another runner holds ErrJobLeased, an unknown
 // one ErrNotFound.
 func (s *Store) ClaimJob(ctx context.Context, id string, now time.Time, lease time.Duration) (*ClaimedJob, error) {
 	c := &ClaimedJob{lease: lease, until: leaseEnd(now, lease)}
@@ -106,13 +135,14 @@ func (s *Store) ClaimJob(ctx context.Context, id string, now time.Time, lease ti
 	c.Job, err = scanJob(s.q.QueryRow(ctx, `UPDATE jobs SET status = 'running', started_at = coalesce(started_at, $2),
 			locked_until = $3
 		WHERE id = $1 AND status IN ('queued', 'running') AND (locked_until IS NULL OR locked_until <= $2)
-		RETURNING `+jobColumns+`, params, cursor, cursor_end`, id, now, c.until), &c.Params, &cursor, &end)
+		RETURNING `+jobColumns+`, params, cursor, cursor_end, cursor_line`, id, now, c.until), &c.Params, &cursor, &end,
+		&c.CursorLine)
 	if errors.Is(err, pgx.ErrNoRows) {
 		var status string
 		if err := s.q.QueryRow(ctx, `SELECT status FROM jobs WHERE id = $1`, id).Scan(&status); err != nil {
 			return nil, translate(err, "job")
 		}
-		if status == webhookd.JobSucceeded || status == webhookd.JobFailed {
+		if (webhookd.Job{Status: status}).Finished() {
 			return nil, ErrJobFinished
 		}
 		return nil, ErrJobLeased
@@ -165,7 +195,8 @@ func (s *Store) JobDeadLetters(ctx context.Context, j *ClaimedJob, f DeadLetterF
 }
 
 // UpdateJobProgress stores j's Done, FailedCount and Cursor and renews its
-// lease from now. It returns ErrJobLeased when the lease was lost.
+// lease from now. It returns ErrJobCanceled when the job was canceled,
+// ErrJobLeased when the lease was lost otherwise.
 func (s *Store) UpdateJobProgress(ctx context.Context, j *ClaimedJob, now time.Time) error {
 	until := leaseEnd(now, j.lease)
 	err := s.q.QueryRow(ctx, `UPDATE jobs SET done = $3, failed_count = $4, cursor = nullif($5, ''),
@@ -173,7 +204,7 @@ func (s *Store) UpdateJobProgress(ctx context.Context, j *ClaimedJob, now time.T
 		WHERE id = $1 AND locked_until = $2 AND status = 'running' RETURNING total`,
 		j.ID, j.until, j.Done, j.FailedCount, j.Cursor, until).Scan(&j.Total)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return ErrJobLeased
+		return s.lostJob(ctx, j.ID)
 	}
 	if err != nil {
 		return fmt.Errorf("job progress: %w", err)
@@ -183,19 +214,37 @@ func (s *Store) UpdateJobProgress(ctx context.Context, j *ClaimedJob, now time.T
 }
 
 // FinishJob ends the job with status succeeded or failed (errText, when
-// set, saying why) and gives up its lease. It returns ErrJobLeased when the
-// lease was lost.
+// set, saying why), gives up its lease and drops a bulk job's body. It
+// returns ErrJobCanceled when the job was canceled meanwhile, ErrJobLeased
+// when the lease was lost otherwise.
 func (s *Store) FinishJob(ctx context.Context, j *ClaimedJob, status, errText string, now time.Time) error {
-	tag, err := s.q.Exec(ctx, `UPDATE jobs SET status = $3, error = nullif($4, ''), finished_at = $5, locked_until = NULL
-		WHERE id = $1 AND locked_until = $2 AND status = 'running'`, j.ID, j.until, status, errText, now)
+	var n int
+	err := s.q.QueryRow(ctx, `WITH f AS (
+			UPDATE jobs SET status = $3, error = nullif($4, ''), finished_at = $5, locked_until = NULL
+			WHERE id = $1 AND locked_until = $2 AND status = 'running' RETURNING id
+		), body AS (DELETE FROM bulk_chunks WHERE job_id IN (SELECT id FROM f))
+		SELECT count(*) FROM f`, j.ID, j.until, status, errText, now).Scan(&n)
 	if err != nil {
 		return fmt.Errorf("finish job: %w", err)
 	}
-	if tag.RowsAffected() == 0 {
-		return ErrJobLeased
+	if n == 0 {
+		return s.lostJob(ctx, j.ID)
 	}
 	j.Status, j.FinishedAt = status, &now
 	return nil
+}
+
+// lostJob says why a runner's job no longer runs under its lease:
+// ErrJobCanceled, or ErrJobLeased.
+func (s *Store) lostJob(ctx context.Context, id string) error {
+	var status string
+	if err := s.q.QueryRow(ctx, `SELECT status FROM jobs WHERE id = $1`, id).Scan(&status); err != nil {
+		return translate(err, "job")
+	}
+	if status == webhookd.JobCanceled {
+		return ErrJobCanceled
+	}
+	return ErrJobLeased
 }
 
 // ReleaseJob gives up the lease of an unfinished job, so that another run

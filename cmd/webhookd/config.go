@@ -27,6 +27,8 @@ type Config struct {
 	Retention            time.Duration // WEBHOOKD_RETENTION; 336h
 	MaxPayloadBytes      int64         // WEBHOOKD_MAX_PAYLOAD_BYTES; 65536
 	MaxBatchBytes        int64         // WEBHOOKD_MAX_BATCH_BYTES; 1048576
+	MaxBulkBytes         int64         // WEBHOOKD_MAX_BULK_BYTES; 67108864
+	MaxBulkEvents        int           // WEBHOOKD_MAX_BULK_EVENTS; 100000
 	WorkerConcurrency    int           // WEBHOOKD_WORKER_CONCURRENCY; 500
 	EndpointInitialLimit int           // WEBHOOKD_ENDPOINT_INITIAL_LIMIT; 10
 	CircuitAfter         int           // WEBHOOKD_CIRCUIT_AFTER; 10 (0: no circuit breaker)
@@ -80,6 +82,8 @@ func DefaultConfig() Config {
 		Retention:            336 * time.Hour,
 		MaxPayloadBytes:      65536,
 		MaxBatchBytes:        1 << 20,
+		MaxBulkBytes:         64 << 20,
+		MaxBulkEvents:        100_000,
 		WorkerConcurrency:    500,
 		EndpointInitialLimit: 10,
 		DatabaseMaxConns:     20,
@@ -113,6 +117,10 @@ func (c Config) Validate() error {
 		return errors.New("WEBHOOKD_MAX_PAYLOAD_BYTES must be at least 1024")
 	case c.MaxBatchBytes < c.MaxPayloadBytes:
 		return errors.New("WEBHOOKD_MAX_BATCH_BYTES must be at least WEBHOOKD_MAX_PAYLOAD_BYTES")
+	case c.MaxBulkBytes < c.MaxPayloadBytes:
+		return errors.New("WEBHOOKD_MAX_BULK_BYTES must be at least WEBHOOKD_MAX_PAYLOAD_BYTES")
+	case c.MaxBulkEvents < 1:
+		return errors.New("WEBHOOKD_MAX_BULK_EVENTS must be at least 1")
 	case c.WorkerConcurrency < 1:
 		return errors.New("WEBHOOKD_WORKER_CONCURRENCY must be at least 1")
 	case c.EndpointInitialLimit < 1:
@@ -175,6 +183,8 @@ var settings = []setting{
 	{"reconcile-interval", "WEBHOOKD_RECONCILE_INTERVAL", plain, "how often due deliveries without a task are enqueued again (`DURATION`)", func(c *Config) any { return &c.ReconcileInterval }},
 	{"max-payload-bytes", "WEBHOOKD_MAX_PAYLOAD_BYTES", plain, "largest request body (`BYTES`)", func(c *Config) any { return &c.MaxPayloadBytes }},
 	{"max-batch-bytes", "WEBHOOKD_MAX_BATCH_BYTES", plain, "largest batch request body (`BYTES`)", func(c *Config) any { return &c.MaxBatchBytes }},
+	{"max-bulk-bytes", "WEBHOOKD_MAX_BULK_BYTES", plain, "largest bulk (NDJSON) request body (`BYTES`)", func(c *Config) any { return &c.MaxBulkBytes }},
+	{"max-bulk-events", "WEBHOOKD_MAX_BULK_EVENTS", plain, "most events (lines) in one bulk request (`N`)", func(c *Config) any { return &c.MaxBulkEvents }},
 	{"trusted-proxies", "WEBHOOKD_TRUSTED_PROXIES", plain, "proxies (addresses or CIDRs, comma-separated: `LIST`) whose X-Forwarded-For is believed", func(c *Config) any { return &c.TrustedProxies }},
 	{"request-timeout", "WEBHOOKD_REQUEST_TIMEOUT", plain, "longest an API request may take before it answers 503 timeout (`DURATION`)", func(c *Config) any { return &c.RequestTimeout }},
 	{"drain-timeout", "WEBHOOKD_DRAIN_TIMEOUT", plain, "on SIGTERM, how long the listeners wait for requests in flight before closing their connections (`DURATION`)", func(c *Config) any { return &c.DrainTimeout }},

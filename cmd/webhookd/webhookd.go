@@ -18,6 +18,7 @@ import (
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/api"
+	"github.com/webhookd/webhookd/bulk"
 	"github.com/webhookd/webhookd/dashboard"
 	"github.com/webhookd/webhookd/deadletter"
 	"github.com/webhookd/webhookd/dispatcher"
@@ -179,7 +180,20 @@ func (m *Main) Start(ctx context.Context, roles Roles) error {
 			Attempt: func(ctx context.Context, deliveryID, by string) (bool, error) {
 				return deliverer.Replay(ctx, deliveryID, by)
 			}}
-		wcfg.Jobs = replayer.Run
+		bulkRunner := &bulk.Runner{DB: m.DB, Logger: m.Logger, Enqueuer: m.Queue,
+			Check: api.NewLineChecker(m.DB, m.Config.MaxPayloadBytes).Check}
+		wcfg.Jobs = func(ctx context.Context, jobID string) error {
+			kind, err := m.DB.Store().JobKind(ctx, jobID)
+			switch {
+			case webhookd.ErrorCode(err) == webhookd.CodeNotFound:
+				return nil
+			case err != nil:
+				return err
+			case kind == webhookd.JobEventBulk:
+				return bulkRunner.Run(ctx, jobID)
+			}
+			return replayer.Run(ctx, jobID)
+		}
 		if m.Worker, err = dispatcher.NewWorker(wcfg); err != nil {
 			return err
 		}
@@ -197,6 +211,7 @@ func (m *Main) Start(ctx context.Context, roles Roles) error {
 		}
 		srv, err := api.New(api.Config{DB: m.DB, Redis: batched, Enqueuer: m.Queue, Logger: m.Logger, Metrics: m.Registry,
 			MaxPayloadBytes: m.Config.MaxPayloadBytes, MaxBatchBytes: m.Config.MaxBatchBytes,
+			MaxBulkBytes: m.Config.MaxBulkBytes, MaxBulkEvents: m.Config.MaxBulkEvents,
 			AllowPrivateNetworks: m.Config.AllowPrivateNetworks, TrustedProxies: proxies,
 			RequestTimeout: m.Config.RequestTimeout, PortalBaseURL: m.Config.portalBaseURL(), Tracer: m.Tracer,
 			Relay: m.Relay})
