@@ -50,7 +50,7 @@ var (
 	workerSettings = []string{"database-url", "database-max-conns", "redis-url", "dashboard-addr", "encryption-key",
 		"allow-private-networks", "retry-schedule", "connect-timeout", "response-timeout", "retention",
 		"worker-concurrency", "endpoint-initial-limit", "circuit-after", "circuit-probes", "endpoint-disable-after",
-		"reconcile-interval", "drain-timeout", "log-level", "log-format"}
+		"reconcile-interval", "drain-timeout", "outbox-sources", "log-level", "log-format"}
 	allSettings = func() []string {
 		var all []string
 		for _, s := range settings {
@@ -89,6 +89,12 @@ var commands = []*command{
 			"if two keys that still work share it, give the key's id (key_...). Revoking a revoked key says\n" +
 			"when it was revoked and exits 0; a key that matches nothing exits 1 and changes nothing.",
 		settings: append(slices.Clone(dbSettings), "redis-url"), setup: keysRevoke},
+	{name: "outbox init", args: "--database-url URL",
+		summary: "create the table webhookd_outbox (and its trigger) in a service's database,\nfor WEBHOOKD_OUTBOX_SOURCES (safe to rerun)",
+		about: "--database-url (or WEBHOOKD_DATABASE_URL) names the service's database here, not webhookd's. The\n" +
+			"table is made in the first schema of the connection's search_path. README.md, Outbox, documents\n" +
+			"its columns (contract version 1) and webhookd_outbox_refused, where refused rows go.",
+		settings: dbSettings, setup: func(*flagSet) action { return runOutboxInit }},
 	{name: "portal-link", args: "--project NAME [--ttl 1h]",
 		summary:  "print a one-time link into the integrators' portal for a project",
 		about:    "The link points at WEBHOOKD_PORTAL_BASE_URL (or the dashboard's address); opening it spends it.",
