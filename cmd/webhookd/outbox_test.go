@@ -148,3 +148,48 @@ func TestOutboxWorkerKilledMidMoveLosesNothing(t *testing.T) {
 		t.Fatalf("%d events (%d distinct) for %d rows", n, distinct, rows)
 	}
 }
+
+// TestOutboxSourceRestartedLosesNothing stops the service's PostgreSQL
+// (a throwaway server) while a worker moves its rows, and starts it
+// again: the worker tries again with backoff, and every row committed,
+// before the stop or after the restart, becomes exactly one event.
+func TestOutboxSourceRestartedLosesNothing(t *testing.T) {
+	t.Parallel()
+	pg := startPostgres(t)
+	db, p, dbURL := drillDB(t)
+	_, redisURL := testenv.Redis(t)
+	srcURL := pg.URL()
+	if code := cli(context.Background(), []string{"outbox", "init", "--database-url", srcURL}, env(nil), io.Discard, io.Discard); code != 0 {
+		t.Fatalf("outbox init: exit %d", code)
+	}
+	src, err := sql.Open("pgx", srcURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { src.Close() })
+	const before, after = 3000, 500
+	for i := 0; i < before; i += 500 {
+		commitRows(t, src, i, 500, false)
+	}
+	events := func() (n, distinct int) {
+		if err := db.Pool().QueryRow(context.Background(), `SELECT count(*), count(DISTINCT data->>'n') FROM events WHERE project_id = $1`,
+			p.ID).Scan(&n, &distinct); err != nil {
+			t.Fatal(err)
+		}
+		return n, distinct
+	}
+	w := startProcess(t, "worker", dbURL, redisURL, "WEBHOOKD_OUTBOX_SOURCES="+p.Name+"="+srcURL)
+	waitFor(t, 30*time.Second, "the worker moving rows", func() bool { n, _ := events(); return n > 0 })
+	pg.stop()
+	moved, _ := events()
+	t.Logf("source stopped with %d of %d rows accepted", moved, before)
+	waitFor(t, 30*time.Second, "the worker noticing its source down", func() bool {
+		return bytes.Contains([]byte(w.logs.String()), []byte("outbox: moving rows failed"))
+	})
+	pg.start()
+	commitRows(t, src, before, after, false)
+	waitFor(t, 60*time.Second, "the outbox emptied", func() bool { return outboxLeft(t, src) == 0 })
+	if n, distinct := events(); n != before+after || distinct != before+after {
+		t.Fatalf("%d events (%d distinct) for %d rows", n, distinct, before+after)
+	}
+}
