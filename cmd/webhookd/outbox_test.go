@@ -23,7 +23,7 @@ import (
 // outboxSource makes a service's database (a schema of its own) and runs
 // `webhookd outbox init` on it twice; it returns its URL and a
 // database/sql handle on it.
-func outboxSource(t *testing.T) (string, *sql.DB) {
+func outboxSource(t testing.TB) (string, *sql.DB) {
 	t.Helper()
 	_, srcURL := testenv.Schema(t)
 	for range 2 {
