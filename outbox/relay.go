@@ -268,12 +268,22 @@ const deleteRows = `WITH gone AS (
 	FROM gone g JOIN unnest($2::int8[], $3::text[], $4::text[], $5::text[]) AS r(id, code, message, field) ON r.id = g.id
 	ON CONFLICT (id) DO NOTHING`
 
+// batchTimeout bounds one batch, so that a source or a webhookd that stops
+// answering (a silent network) fails the batch instead of holding it;
+// rollbackTimeout bounds its rollback after a failure.
+const (
+	batchTimeout    = 30 * time.Second
+	rollbackTimeout = 5 * time.Second
+)
+
 // moveBatch moves the oldest rows of the source, at most Batch, in one
 // source transaction: lock, read, write them to webhookd, delete them,
 // commit. It reports whether the batch was full (more may wait). A
 // failure anywhere rolls the source back: the rows stay, and those
 // webhookd accepted replay their keys when moved again.
 func (m *mover) moveBatch(ctx context.Context) (full bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, batchTimeout)
+	defer cancel()
 	if m.pool == nil {
 		cfg, err := pgxpool.ParseConfig(m.src.DatabaseURL)
 		if err != nil {
@@ -288,7 +298,11 @@ func (m *mover) moveBatch(ctx context.Context) (full bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	defer tx.Rollback(context.WithoutCancel(ctx))
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), rollbackTimeout)
+		defer cancel()
+		tx.Rollback(ctx) // after a commit, a no-op
+	}()
 	var locked bool
 	if err := tx.QueryRow(ctx, moveLock).Scan(&locked); err != nil || !locked {
 		return false, err

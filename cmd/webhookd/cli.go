@@ -72,7 +72,7 @@ var commands = []*command{
 		settings: allSettings, setup: serveAs(Roles{API: true, Worker: true, Ops: true})},
 	{name: "serve", about: tracingAbout, summary: "the public API, and the dashboard with /healthz, /readyz and /metrics",
 		settings: apiSettings, setup: serveAs(Roles{API: true, Ops: true})},
-	{name: "worker", about: tracingAbout, summary: "deliveries, retries, the reconciler and background jobs\n(/healthz, /readyz and /metrics on WEBHOOKD_DASHBOARD_ADDR)",
+	{name: "worker", about: tracingAbout, summary: "deliveries, retries, the reconciler, background jobs and the outbox relay\n(/healthz, /readyz and /metrics on WEBHOOKD_DASHBOARD_ADDR)",
 		settings: workerSettings, setup: serveAs(Roles{Worker: true, Ops: true, NoDashboard: true})},
 	{name: "migrate", summary: "apply the database migrations (safe to rerun)",
 		settings: dbSettings, setup: func(*flagSet) action { return runMigrate }},
