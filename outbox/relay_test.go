@@ -293,3 +293,37 @@ func TestSourceConnectionCutLosesNothing(t *testing.T) {
 		t.Fatalf("%d batches written", cuts.Load())
 	}
 }
+
+// TestRowsKeepTheirOrder: rows committed before the relay starts reach an
+// ordered endpoint's queue in the order of their ids, across batches.
+func TestRowsKeepTheirOrder(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	if _, err := e.db.Store().CreateEndpoint(ctx, e.project.ID, storage.NewEndpoint{URL: "http://127.0.0.1:9/",
+		Secret: "whsec_AAAA", Ordering: webhookd.OrderingFIFO}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 120; i += 40 {
+		e.insert(i, 40)
+	}
+	e.relay(func(c *outbox.Config) { c.Batch = 50 })
+	e.waitMoved(120, 20*time.Second)
+	rows, err := e.db.Pool().Query(ctx, `SELECT (e.data->>'n')::int FROM deliveries d JOIN events e ON e.id = d.event_id
+		ORDER BY d.fifo_seq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	order, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range order {
+		if n != i {
+			t.Fatalf("the ordered queue holds row %d at place %d: %v", n, i, order)
+		}
+	}
+	if len(order) != 120 {
+		t.Fatalf("%d deliveries", len(order))
+	}
+}
