@@ -91,10 +91,11 @@ var commands = []*command{
 		settings: append(slices.Clone(dbSettings), "redis-url"), setup: keysRevoke},
 	{name: "outbox init", args: "--database-url URL",
 		summary: "create the table webhookd_outbox (and its trigger) in a service's database,\nfor WEBHOOKD_OUTBOX_SOURCES (safe to rerun)",
-		about: "--database-url (or WEBHOOKD_DATABASE_URL) names the service's database here, not webhookd's. The\n" +
-			"table is made in the first schema of the connection's search_path. README.md, Outbox, documents\n" +
-			"its columns (contract version 1) and webhookd_outbox_refused, where refused rows go.",
-		settings: dbSettings, setup: func(*flagSet) action { return runOutboxInit }},
+		about: "--database-url names the service's database, not webhookd's: it is required, and never taken from\n" +
+			"WEBHOOKD_DATABASE_URL. The table is made in the first schema of the connection's search_path.\n" +
+			"README.md, Outbox, documents its columns (contract version 1) and webhookd_outbox_refused, where\n" +
+			"refused rows go.",
+		settings: []string{"log-level", "log-format"}, setup: outboxInit},
 	{name: "portal-link", args: "--project NAME [--ttl 1h]",
 		summary:  "print a one-time link into the integrators' portal for a project",
 		about:    "The link points at WEBHOOKD_PORTAL_BASE_URL (or the dashboard's address); opening it spends it.",

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -10,21 +11,30 @@ import (
 	"github.com/webhookd/webhookd/outbox"
 )
 
-// runOutboxInit is `outbox init`: the outbox tables in the service's
-// database that --database-url names.
-func runOutboxInit(ctx context.Context, inv *invocation) error {
-	m := newMain(inv)
-	defer m.Close()
-	conn, err := pgx.Connect(ctx, inv.cfg.DatabaseURL)
-	if err != nil {
-		return fmt.Errorf("--database-url: %w", err)
+// outboxInit is `outbox init --database-url URL`: the outbox tables in the
+// service's database that --database-url names. The flag is its own, not
+// the WEBHOOKD_DATABASE_URL setting: a forgotten flag must not make the
+// outbox in webhookd's own database.
+func outboxInit(f *flagSet) action {
+	var url string
+	f.String(&url, "database-url", "", secretURL, "the service's PostgreSQL `URL` (required)")
+	return func(ctx context.Context, inv *invocation) error {
+		if url == "" {
+			return usageError{cmd: "outbox init", err: errors.New("--database-url is required: the service's database")}
+		}
+		m := newMain(inv)
+		defer m.Close()
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			return fmt.Errorf("--database-url: %w", err)
+		}
+		defer conn.Close(context.Background())
+		if err := outbox.Init(ctx, conn); err != nil {
+			return err
+		}
+		m.Logger.Info("outbox ready: INSERT INTO webhookd_outbox (type, data) in your transactions", "contract_version", outbox.Version)
+		return nil
 	}
-	defer conn.Close(context.Background())
-	if err := outbox.Init(ctx, conn); err != nil {
-		return err
-	}
-	m.Logger.Info("outbox ready: INSERT INTO webhookd_outbox (type, data) in your transactions", "contract_version", outbox.Version)
-	return nil
 }
 
 // startOutbox starts the relay of WEBHOOKD_OUTBOX_SOURCES beside the
