@@ -193,6 +193,7 @@ func TestRefusedRowsDoNotBlock(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
+	var code, field string
 	e.insert(0, 2)
 	if _, err := e.src.Exec(ctx, `INSERT INTO webhookd_outbox (type, data) VALUES ('bad type!', '{"n":99}')`); err != nil {
 		t.Fatal(err)
@@ -200,18 +201,31 @@ func TestRefusedRowsDoNotBlock(t *testing.T) {
 	if _, err := e.src.Exec(ctx, `INSERT INTO webhookd_outbox (type, data, endpoint_ids) VALUES ('a.b', '{"n":98}', '{ep_nope}')`); err != nil {
 		t.Fatal(err)
 	}
+	// Against the catalog: order.created requires data.n to be at most 100.
+	if _, err := e.db.Store().CreateEventType(ctx, storage.EventType{ProjectID: e.project.ID, Name: "order.created", Validate: true,
+		Schema: []byte(`{"type":"object","properties":{"n":{"type":"integer","maximum":100}}}`)}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.src.Exec(ctx, `INSERT INTO webhookd_outbox (type, data) VALUES ('order.created', '{"n":1000}')`); err != nil {
+		t.Fatal(err)
+	}
 	e.insert(2, 2)
 	e.relay(nil)
 	e.waitMoved(4, 10*time.Second)
-	var code, field string
+	if err := e.src.QueryRow(ctx, `SELECT error_code, coalesce(error_field, '') FROM webhookd_outbox_refused WHERE data->>'n' = '1000'`).Scan(&code, &field); err != nil {
+		t.Fatal(err)
+	}
+	if code != webhookd.CodeValidationFailed || field != "data.n" {
+		t.Fatalf("against the schema: refused as %s on %q", code, field)
+	}
 	if err := e.src.QueryRow(ctx, `SELECT error_code, coalesce(error_field, '') FROM webhookd_outbox_refused WHERE data->>'n' = '99'`).Scan(&code, &field); err != nil {
 		t.Fatal(err)
 	}
 	if code != webhookd.CodeValidationFailed || field != "type" {
 		t.Fatalf("refused as %s on %q", code, field)
 	}
-	if n := e.count(`@SELECT count(*) FROM webhookd_outbox_refused`); n != 2 {
-		t.Fatalf("%d refused rows, want 2", n)
+	if n := e.count(`@SELECT count(*) FROM webhookd_outbox_refused`); n != 3 {
+		t.Fatalf("%d refused rows, want 3", n)
 	}
 }
 
