@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/webhookd/webhookd"
 )
@@ -49,6 +50,9 @@ type Config struct {
 	// MaxBackoff bounds the wait before trying again a source or a write
 	// that failed (default 5s; the first wait is 100ms, doubling).
 	MaxBackoff time.Duration
+	// Metrics registers the relay's counters (default: a registry of its
+	// own, read by nobody).
+	Metrics prometheus.Registerer
 
 	// afterWrite, in tests, runs once a batch is written to webhookd and
 	// before it is deleted from its source.
@@ -68,6 +72,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MaxBackoff <= 0 {
 		c.MaxBackoff = 5 * time.Second
+	}
+	if c.Metrics == nil {
+		c.Metrics = prometheus.NewRegistry()
 	}
 	return c
 }
@@ -97,9 +104,16 @@ func (c Config) Validate() error {
 // twice (a relay that stopped after webhookd's commit and before the
 // source's).
 type Relay struct {
-	cfg  Config
-	stop context.CancelFunc
-	wg   sync.WaitGroup
+	cfg     Config
+	metrics *metrics
+	stop    context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+// metrics are the relay's counters, by source (Source.String: project,
+// host, port and database, never a password).
+type metrics struct {
+	moved, refused, failures *prometheus.CounterVec
 }
 
 // New returns a Relay of cfg.
@@ -108,7 +122,20 @@ func New(cfg Config) (*Relay, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Relay{cfg: cfg}, nil
+	m := &metrics{
+		moved: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "webhookd_outbox_rows_moved_total",
+			Help: "Outbox rows moved into webhookd and deleted from their source, refused ones included."}, []string{"source"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "webhookd_outbox_rows_refused_total",
+			Help: "Outbox rows webhookd refused, moved to webhookd_outbox_refused in their source."}, []string{"source"}),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "webhookd_outbox_move_failures_total",
+			Help: "Batches of outbox rows that failed (source or webhookd unreachable) and are tried again."}, []string{"source"}),
+	}
+	for _, c := range []prometheus.Collector{m.moved, m.refused, m.failures} {
+		if err := cfg.Metrics.Register(c); err != nil {
+			return nil, fmt.Errorf("outbox: metrics: %w", err)
+		}
+	}
+	return &Relay{cfg: cfg, metrics: m}, nil
 }
 
 // Start begins moving every source in the background, until Stop or ctx
@@ -116,7 +143,10 @@ func New(cfg Config) (*Relay, error) {
 func (r *Relay) Start(ctx context.Context) {
 	ctx, r.stop = context.WithCancel(context.WithoutCancel(ctx))
 	for _, src := range r.cfg.Sources {
-		m := &mover{src: src, cfg: r.cfg, log: r.cfg.Logger.With("outbox_source", src.String())}
+		name := src.String()
+		m := &mover{src: src, cfg: r.cfg, log: r.cfg.Logger.With("outbox_source", name),
+			moved: r.metrics.moved.WithLabelValues(name), refused: r.metrics.refused.WithLabelValues(name),
+			failures: r.metrics.failures.WithLabelValues(name)}
 		r.wg.Go(func() { m.run(ctx) })
 	}
 }
@@ -147,6 +177,8 @@ type mover struct {
 	cfg  Config
 	log  *slog.Logger
 	pool *pgxpool.Pool
+
+	moved, refused, failures prometheus.Counter
 }
 
 // run moves the source when woken (its notifications), every Poll, and
@@ -187,6 +219,7 @@ func (m *mover) run(ctx context.Context) {
 		case ctx.Err() != nil:
 			return
 		case err != nil:
+			m.failures.Inc()
 			fails++
 			wait := backoff(fails, m.cfg.MaxBackoff)
 			m.log.Warn("outbox: moving rows failed; trying again", "err", err, "failures", fails, "retry_in", wait)
@@ -354,6 +387,8 @@ func (m *mover) moveBatch(ctx context.Context) (full bool, err error) {
 	if err := tx.Commit(ctx); err != nil {
 		return false, fmt.Errorf("delete moved rows: %w", err)
 	}
+	m.moved.Add(float64(len(batch)))
+	m.refused.Add(float64(len(bad.ids)))
 	m.log.Debug("outbox: rows moved", "rows", len(batch), "refused", len(bad.ids))
 	return len(batch) == m.cfg.Batch, nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/api"
@@ -210,8 +211,12 @@ func TestRefusedRowsDoNotBlock(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.insert(2, 2)
-	e.relay(nil)
+	reg := prometheus.NewRegistry()
+	e.relay(func(c *outbox.Config) { c.Metrics = reg })
 	e.waitMoved(4, 10*time.Second)
+	if moved, refused := counter(t, reg, "webhookd_outbox_rows_moved_total"), counter(t, reg, "webhookd_outbox_rows_refused_total"); moved != 7 || refused != 3 {
+		t.Errorf("metrics: %v moved, %v refused; want 7 and 3", moved, refused)
+	}
 	if err := e.src.QueryRow(ctx, `SELECT error_code, coalesce(error_field, '') FROM webhookd_outbox_refused WHERE data->>'n' = '1000'`).Scan(&code, &field); err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +294,9 @@ func TestSourceConnectionCutLosesNothing(t *testing.T) {
 	e := newEnv(t)
 	e.insert(0, 30)
 	var cuts atomic.Int32
+	reg := prometheus.NewRegistry()
 	e.relay(func(c *outbox.Config) {
+		c.Metrics = reg
 		c.Sources[0].DatabaseURL += "&application_name=outbox_cut_" + e.project.ID
 		c.Batch = 10
 		outbox.SetAfterWrite(c, func(ctx context.Context, n int) {
@@ -305,6 +312,9 @@ func TestSourceConnectionCutLosesNothing(t *testing.T) {
 	e.waitMoved(30, 20*time.Second)
 	if cuts.Load() < 3 {
 		t.Fatalf("%d batches written", cuts.Load())
+	}
+	if f := counter(t, reg, "webhookd_outbox_move_failures_total"); f < 2 {
+		t.Errorf("%v failed batches counted, want at least the 2 cut", f)
 	}
 }
 
@@ -340,4 +350,22 @@ func TestRowsKeepTheirOrder(t *testing.T) {
 	if len(order) != 120 {
 		t.Fatalf("%d deliveries", len(order))
 	}
+}
+
+// counter sums the series of the counter name in reg.
+func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, f := range fams {
+		if f.GetName() == name {
+			for _, m := range f.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
 }

@@ -46,7 +46,8 @@ func (m *Main) startOutbox(ctx context.Context) error {
 	}
 	w := api.OutboxWriter{W: api.NewEventWriter(api.EventWriterConfig{DB: m.DB, Enqueuer: m.Queue,
 		Logger: m.Logger, MaxPayloadBytes: m.Config.MaxPayloadBytes})}
-	m.Outbox, err = outbox.New(outbox.Config{Sources: sources, Writer: w, Logger: m.Logger})
+	m.Outbox, err = outbox.New(outbox.Config{Sources: sources, Writer: w, Logger: m.Logger,
+		Metrics: m.Registry})
 	if err != nil {
 		return err
 	}
