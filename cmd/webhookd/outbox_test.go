@@ -187,6 +187,11 @@ func TestOutboxSourceRestartedLosesNothing(t *testing.T) {
 		return bytes.Contains([]byte(w.logs.String()), []byte("outbox: moving rows failed"))
 	})
 	pg.start()
+	src.Close() // its idle connections died with the server: the service reconnects
+	if src, err = sql.Open("pgx", srcURL); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { src.Close() })
 	commitRows(t, src, before, after, false)
 	waitFor(t, 60*time.Second, "the outbox emptied", func() bool { return outboxLeft(t, src) == 0 })
 	if n, distinct := events(); n != before+after || distinct != before+after {
