@@ -22,7 +22,7 @@ func ExampleOutbox() {
 	}
 	defer db.Close()
 	ctx := context.Background()
-	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS orders (id text PRIMARY KEY, total int)`); err != nil {
+	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS orders (id text, total int)`); err != nil {
 		log.Fatal(err)
 	}
 	order := struct {
@@ -48,7 +48,7 @@ func ExampleOutbox() {
 	}
 
 	var typ, data string
-	if err := db.QueryRowContext(ctx, `SELECT type, data::text FROM webhookd_outbox`).Scan(&typ, &data); err != nil {
+	if err := db.QueryRowContext(ctx, `SELECT type, data::text FROM webhookd_outbox ORDER BY id DESC LIMIT 1`).Scan(&typ, &data); err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println(typ, data)
