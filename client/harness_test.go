@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/webhookd/webhookd"
@@ -16,6 +17,7 @@ import (
 	"github.com/webhookd/webhookd/client"
 	"github.com/webhookd/webhookd/internal/faultproxy"
 	"github.com/webhookd/webhookd/internal/testenv"
+	"github.com/webhookd/webhookd/outbox"
 	"github.com/webhookd/webhookd/storage"
 )
 
@@ -99,10 +101,12 @@ func (m *mainTB) close() {
 	}
 }
 
-// The examples' API, set by TestMain.
+// The examples' API, set by TestMain, and ExampleOutbox's service
+// database (a schema with webhookd_outbox).
 var (
-	apiURL string
-	apiKey string
+	apiURL  string
+	apiKey  string
+	shopURL string
 )
 
 func TestMain(m *testing.M) {
@@ -110,6 +114,7 @@ func TestMain(m *testing.M) {
 	s := newStack(tb, storage.ProjectPlan{})
 	apiURL, apiKey = s.api.URL, s.key
 	seedDeadLetter(tb, s)
+	shopURL = outboxSchema(tb)
 	code := m.Run()
 	tb.close()
 	os.Exit(code)
@@ -133,4 +138,20 @@ func seedDeadLetter(t testing.TB, s *stack) {
 	}
 	testenv.Record(t, s.db, ev.Deliveries[0].ID, webhookd.Attempt{StatusCode: new(400)},
 		storage.Transition{Status: webhookd.DeliveryDeadLetter, DeadLetterReason: webhookd.ReasonClientError})
+}
+
+// outboxSchema makes a service's database for ExampleOutbox: a schema of
+// its own with the outbox table (`webhookd outbox init`).
+func outboxSchema(t testing.TB) string {
+	_, u := testenv.Schema(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if err := outbox.Init(ctx, conn); err != nil {
+		t.Fatal(err)
+	}
+	return u
 }

@@ -140,7 +140,47 @@ func (g *Ingester) Ingest(ctx context.Context, req IngestRequest, wait time.Dura
 	g.mu.Unlock()
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
+	expired := false
+	return g.await(ctx, c, deadline.C, &expired)
+}
+
+// IngestAll writes reqs as Ingest writes each, queued together in their
+// order: they share groups, and a group takes them in that order (reqs
+// with one key each; a repeat of a key waits for the one before). It is
+// how a caller with many requests at once (the outbox relay) keeps their
+// order, which requests made from separate goroutines would not. Each
+// request gets its own result or error, at the same index; wait bounds
+// them all.
+func (g *Ingester) IngestAll(ctx context.Context, reqs []IngestRequest, wait time.Duration) ([]IngestResult, []error) {
+	at := time.Now().Add(wait)
+	calls := make([]*ingestCall, len(reqs))
+	for i, req := range reqs {
+		calls[i] = &ingestCall{req: req, k: ikey{req.Key.ProjectID, req.Key.Key}, deadline: at, done: make(chan struct{})}
+	}
+	g.mu.Lock()
+	g.pending = append(g.pending, calls...)
+	g.startLocked()
+	g.mu.Unlock()
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	expired := false
+	res, errs := make([]IngestResult, len(reqs)), make([]error, len(reqs))
+	for i, c := range calls {
+		res[i], errs[i] = g.await(ctx, c, deadline.C, &expired)
+	}
+	return res, errs
+}
+
+// await waits for c's outcome until ctx ends or deadline fires (expired
+// says it fired already, for a deadline shared by several calls).
+func (g *Ingester) await(ctx context.Context, c *ingestCall, deadline <-chan time.Time, expired *bool) (IngestResult, error) {
 	for {
+		if *expired {
+			deadline = nil
+			if res, err, ok := g.expire(c); ok {
+				return res, err
+			}
+		}
 		select {
 		case <-c.done:
 			return c.res, c.err
@@ -149,18 +189,26 @@ func (g *Ingester) Ingest(ctx context.Context, req IngestRequest, wait time.Dura
 			g.leaveLocked(c)
 			g.mu.Unlock()
 			return IngestResult{}, ctx.Err()
-		case <-deadline.C:
-			g.mu.Lock()
-			if c.running || isClosed(c.done) { // a group is bounded (groupTimeout): its outcome comes
-				g.mu.Unlock()
-				continue
-			}
-			g.leaveLocked(c)
-			why := cmp.Or(c.why, errKeyInProgress())
-			g.mu.Unlock()
-			return IngestResult{}, why
+		case <-deadline:
+			*expired = true
 		}
 	}
+}
+
+// expire ends c's wait at its deadline, unless a group has it (a group is
+// bounded, groupTimeout: its outcome comes) or it has ended; ok says it
+// ended the wait.
+func (g *Ingester) expire(c *ingestCall) (IngestResult, error, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if isClosed(c.done) {
+		return c.res, c.err, true
+	}
+	if c.running {
+		return IngestResult{}, nil, false
+	}
+	g.leaveLocked(c)
+	return IngestResult{}, cmp.Or(c.why, errKeyInProgress()), true
 }
 
 func isClosed(ch chan struct{}) bool {

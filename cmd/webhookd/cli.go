@@ -50,7 +50,7 @@ var (
 	workerSettings = []string{"database-url", "database-max-conns", "redis-url", "dashboard-addr", "encryption-key",
 		"allow-private-networks", "retry-schedule", "connect-timeout", "response-timeout", "retention",
 		"worker-concurrency", "endpoint-initial-limit", "circuit-after", "circuit-probes", "endpoint-disable-after",
-		"reconcile-interval", "drain-timeout", "log-level", "log-format"}
+		"reconcile-interval", "drain-timeout", "outbox-sources", "log-level", "log-format"}
 	allSettings = func() []string {
 		var all []string
 		for _, s := range settings {
@@ -72,7 +72,7 @@ var commands = []*command{
 		settings: allSettings, setup: serveAs(Roles{API: true, Worker: true, Ops: true})},
 	{name: "serve", about: tracingAbout, summary: "the public API, and the dashboard with /healthz, /readyz and /metrics",
 		settings: apiSettings, setup: serveAs(Roles{API: true, Ops: true})},
-	{name: "worker", about: tracingAbout, summary: "deliveries, retries, the reconciler and background jobs\n(/healthz, /readyz and /metrics on WEBHOOKD_DASHBOARD_ADDR)",
+	{name: "worker", about: tracingAbout, summary: "deliveries, retries, the reconciler, background jobs and the outbox relay\n(/healthz, /readyz and /metrics on WEBHOOKD_DASHBOARD_ADDR)",
 		settings: workerSettings, setup: serveAs(Roles{Worker: true, Ops: true, NoDashboard: true})},
 	{name: "migrate", summary: "apply the database migrations (safe to rerun)",
 		settings: dbSettings, setup: func(*flagSet) action { return runMigrate }},
@@ -89,6 +89,13 @@ var commands = []*command{
 			"if two keys that still work share it, give the key's id (key_...). Revoking a revoked key says\n" +
 			"when it was revoked and exits 0; a key that matches nothing exits 1 and changes nothing.",
 		settings: append(slices.Clone(dbSettings), "redis-url"), setup: keysRevoke},
+	{name: "outbox init", args: "--database-url URL",
+		summary: "create the table webhookd_outbox (and its trigger) in a service's database,\nfor WEBHOOKD_OUTBOX_SOURCES (safe to rerun)",
+		about: "--database-url names the service's database, not webhookd's: it is required, and never taken from\n" +
+			"WEBHOOKD_DATABASE_URL. The table is made in the first schema of the connection's search_path.\n" +
+			"README.md, Outbox, documents its columns (contract version 1) and webhookd_outbox_refused, where\n" +
+			"refused rows go.",
+		settings: []string{"log-level", "log-format"}, setup: outboxInit},
 	{name: "portal-link", args: "--project NAME [--ttl 1h]",
 		summary:  "print a one-time link into the integrators' portal for a project",
 		about:    "The link points at WEBHOOKD_PORTAL_BASE_URL (or the dashboard's address); opening it spends it.",

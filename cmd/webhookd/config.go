@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/webhookd/webhookd/internal/redisurl"
+	"github.com/webhookd/webhookd/outbox"
 )
 
 // Config is everything webhookd reads from its environment and flags. Each
@@ -44,6 +45,7 @@ type Config struct {
 	EncryptionKey        string        // WEBHOOKD_ENCRYPTION_KEY; none: secrets stored in clear
 	PortalBaseURL        string        // WEBHOOKD_PORTAL_BASE_URL; the dashboard's address: where portal links point
 	PortalFrameAncestors string        // WEBHOOKD_PORTAL_FRAME_ANCESTORS; none: origins that may frame the portal
+	OutboxSources        string        // WEBHOOKD_OUTBOX_SOURCES; none: space-separated PROJECT=DATABASE_URL whose webhookd_outbox the workers move
 }
 
 // trustedProxies parses TrustedProxies; Validate reports its errors.
@@ -141,10 +143,19 @@ func (c Config) Validate() error {
 		return errors.New("WEBHOOKD_LOG_FORMAT must be json or text (or unset: JSON lines, text on a terminal)")
 	case new(slog.Level).UnmarshalText([]byte(c.LogLevel)) != nil:
 		return errors.New("WEBHOOKD_LOG_LEVEL must be debug, info, warn or error")
+	case outboxSourcesError(c.OutboxSources) != nil:
+		return fmt.Errorf("WEBHOOKD_OUTBOX_SOURCES: %w", outboxSourcesError(c.OutboxSources))
 	case c.AdminToken != "" && len(c.AdminToken) < 16:
 		return errors.New("WEBHOOKD_ADMIN_TOKEN must be at least 16 characters (or unset, for a generated one)")
 	}
 	return nil
+}
+
+// outboxSourcesError says what is wrong with WEBHOOKD_OUTBOX_SOURCES, if
+// anything.
+func outboxSourcesError(s string) error {
+	_, err := outbox.ParseSources(s)
+	return err
 }
 
 // redisURLError says what is wrong with a Redis URL, if anything.
@@ -190,6 +201,7 @@ var settings = []setting{
 	{"drain-timeout", "WEBHOOKD_DRAIN_TIMEOUT", plain, "on SIGTERM, how long the listeners wait for requests in flight before closing their connections (`DURATION`)", func(c *Config) any { return &c.DrainTimeout }},
 	{"portal-base-url", "WEBHOOKD_PORTAL_BASE_URL", plain, "where portal links point (`URL`; default: the dashboard's address)", func(c *Config) any { return &c.PortalBaseURL }},
 	{"portal-frame-ancestors", "WEBHOOKD_PORTAL_FRAME_ANCESTORS", plain, "origins, comma-separated, whose pages may frame the portal (`LIST`)", func(c *Config) any { return &c.PortalFrameAncestors }},
+	{"outbox-sources", "WEBHOOKD_OUTBOX_SOURCES", secret, "service databases whose webhookd_outbox the worker moves: space-separated `PROJECT=DATABASE_URL` entries", func(c *Config) any { return &c.OutboxSources }},
 	{"log-level", "WEBHOOKD_LOG_LEVEL", plain, "`LEVEL`: debug, info, warn or error", func(c *Config) any { return &c.LogLevel }},
 	{"log-format", "WEBHOOKD_LOG_FORMAT", plain, "`FORMAT`: json or text (default: JSON lines, text on a terminal)", func(c *Config) any { return &c.LogFormat }},
 }

@@ -61,13 +61,13 @@ func TestMigrateAndKeysCreate(t *testing.T) {
 
 // startMain runs a webhookd process in a schema of its own with roles and
 // returns it with an API key of a fresh project.
-func startMain(t *testing.T, roles Roles, tweak func(*Config)) (*Main, string) {
+func startMain(t testing.TB, roles Roles, tweak func(*Config)) (*Main, string) {
 	t.Helper()
 	return startMainLogging(t, roles, tweak, io.Discard)
 }
 
 // startMainLogging is startMain with its log written to logs.
-func startMainLogging(t *testing.T, roles Roles, tweak func(*Config), logs io.Writer) (*Main, string) {
+func startMainLogging(t testing.TB, roles Roles, tweak func(*Config), logs io.Writer) (*Main, string) {
 	t.Helper()
 	name, _ := testenv.Schema(t)
 	_, redisURL := testenv.Redis(t)
@@ -166,7 +166,7 @@ func TestAllStartsAndAcceptsWithoutRedis(t *testing.T) {
 // callAPI makes one API request with the key (and a fresh Idempotency-Key
 // when idem) and returns its decoded JSON body, failing the test on an
 // answer of 300 or more.
-func callAPI(t *testing.T, addr, key, method, path, body string, idem bool) map[string]any {
+func callAPI(t testing.TB, addr, key, method, path, body string, idem bool) map[string]any {
 	t.Helper()
 	req, _ := http.NewRequest(method, "http://"+addr+path, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+key)

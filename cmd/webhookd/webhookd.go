@@ -25,6 +25,7 @@ import (
 	"github.com/webhookd/webhookd/internal/redisbatch"
 	"github.com/webhookd/webhookd/internal/redisurl"
 	"github.com/webhookd/webhookd/internal/tracing"
+	"github.com/webhookd/webhookd/outbox"
 	"github.com/webhookd/webhookd/relay"
 	"github.com/webhookd/webhookd/storage"
 	"github.com/webhookd/webhookd/wire"
@@ -66,8 +67,11 @@ type Main struct {
 	Dashboard *dashboard.Server
 	Worker    *dispatcher.Worker
 	Queue     *dispatcher.Queue
-	APIAddr   string // the API's bound address once started
-	OpsAddr   string // the ops listener's bound address once started
+	// Outbox moves the outboxes of WEBHOOKD_OUTBOX_SOURCES beside the
+	// worker; nil without sources.
+	Outbox  *outbox.Relay
+	APIAddr string // the API's bound address once started
+	OpsAddr string // the ops listener's bound address once started
 
 	servers []*listener
 	health  *health
@@ -203,6 +207,9 @@ func (m *Main) Start(ctx context.Context, roles Roles) error {
 		}
 		m.Logger.Info("worker started", "worker_id", m.Worker.ID(), "concurrency", m.Config.WorkerConcurrency,
 			"schedule", m.Config.RetrySchedule)
+		if err := m.startOutbox(ctx); err != nil {
+			return err
+		}
 	}
 	if roles.API {
 		proxies, err := m.Config.trustedProxies()
@@ -316,6 +323,10 @@ func (m *Main) Shutdown(ctx context.Context) error {
 	}
 	w := m.Worker
 	m.Worker = nil
+	if m.Outbox != nil { // a batch under way rolls back in its source; its rows move again later
+		m.Outbox.Stop()
+		m.Outbox = nil
+	}
 	m.Logger.Info("shutting down: the listeners stop accepting and the worker stops taking tasks",
 		"listeners", names, "worker", w != nil)
 	var worker sync.WaitGroup
@@ -359,6 +370,9 @@ func (m *Main) Close() {
 	}
 	if m.API != nil {
 		m.API.Close()
+	}
+	if m.Outbox != nil {
+		m.Outbox.Stop()
 	}
 	if m.Worker != nil {
 		m.Worker.Stop()

@@ -6,3 +6,5 @@ export type { RetryPolicy } from "./retry.js";
 export { verify, sign, WebhookVerificationError } from "./verify.js";
 export type { VerifyOptions } from "./verify.js";
 export type * from "./types.js";
+export { OUTBOX_INSERT, outbox, outboxInsert } from "./outbox.js";
+export type { OutboxEvent, Queryable } from "./outbox.js";
