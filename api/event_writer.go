@@ -37,7 +37,7 @@ type EventWriterConfig struct {
 // NewEventWriter returns an EventWriter.
 func NewEventWriter(cfg EventWriterConfig) *EventWriter {
 	c := Config{DB: cfg.DB, Enqueuer: cfg.Enqueuer, Logger: cfg.Logger, MaxPayloadBytes: cfg.MaxPayloadBytes}.WithDefaults()
-	s := &Server{cfg: c, db: c.DB, log: c.Logger, clock: c.Clock, schemas: newSchemaCache(),
+	s := &Server{cfg: c, db: c.DB, log: c.Logger, clock: c.Clock, eventChecker: newEventChecker(c.DB, c.MaxPayloadBytes),
 		ingester: c.DB.NewIngester(c.IngestGroups)}
 	return &EventWriter{s: s}
 }

@@ -45,7 +45,10 @@ func TestEndpointFilter(t *testing.T) {
 	}
 
 	n := 0
-	key := func() map[string]string { n++; return map[string]string{"Idempotency-Key": "filter-" + strconv.Itoa(n)} }
+	key := func() map[string]string {
+		n++
+		return map[string]string{"Idempotency-Key": "filter-" + strconv.Itoa(n)}
+	}
 	post := func(data string) map[string]bool {
 		r := h.do(req{method: "POST", path: "/v1/events", body: `{"type":"order.updated","data":` + data + `}`, header: key()})
 		expectStatus(t, r, http.StatusAccepted)
