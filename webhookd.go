@@ -263,6 +263,18 @@ type ScheduledDelivery struct {
 	DueAt      time.Time
 }
 
+// Scheduled returns the deliveries of evs, due at at: what a writer of new
+// events hands to the queue once they are committed.
+func Scheduled(evs []Event, at time.Time) []ScheduledDelivery {
+	var due []ScheduledDelivery
+	for _, e := range evs {
+		for _, d := range e.Deliveries {
+			due = append(due, ScheduledDelivery{ID: d.ID, EndpointID: d.EndpointID, DueAt: at})
+		}
+	}
+	return due
+}
+
 // Clock tells the time; tests inject their own.
 type Clock interface {
 	Now() time.Time

@@ -146,12 +146,7 @@ func (s *Server) enqueue(ctx context.Context, now time.Time, evs []webhookd.Even
 	if s.cfg.Enqueuer == nil {
 		return
 	}
-	var due []webhookd.ScheduledDelivery
-	for _, e := range evs {
-		for _, d := range e.Deliveries {
-			due = append(due, webhookd.ScheduledDelivery{ID: d.ID, EndpointID: d.EndpointID, DueAt: now})
-		}
-	}
+	due := webhookd.Scheduled(evs, now)
 	if len(due) == 0 {
 		return
 	}

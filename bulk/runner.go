@@ -131,12 +131,7 @@ func (r *Runner) enqueue(ctx context.Context, j *storage.ClaimedJob, evs []webho
 	if r.Enqueuer == nil {
 		return
 	}
-	var due []webhookd.ScheduledDelivery
-	for _, e := range evs {
-		for _, d := range e.Deliveries {
-			due = append(due, webhookd.ScheduledDelivery{ID: d.ID, EndpointID: d.EndpointID, DueAt: now})
-		}
-	}
+	due := webhookd.Scheduled(evs, now)
 	if len(due) == 0 {
 		return
 	}
