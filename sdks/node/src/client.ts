@@ -4,7 +4,7 @@ import { Pacer } from "./pacer.js";
 import { afterRetryAfter, backoff, parseRetryAfter, RetryPolicy, sleep, withDefaults } from "./retry.js";
 import type {
   DeadLetter, DeadLetterFilter, Delivery, DeliveryFilter, Endpoint, EndpointPatch, Event, EventType, EventTypeFilter,
-  EventTypePatch, Job, NewEndpoint, NewEvent, NewEventType, Page, PortalSession, Secret,
+  EventTypePatch, FilterTest, Job, JobError, NewEndpoint, NewEvent, NewEventType, Page, PortalSession, Secret,
 } from "./types.js";
 
 export const VERSION = "0.1.0";
@@ -48,6 +48,10 @@ interface Request {
   mode?: Mode;
   /** A 404 on a retry means an earlier try deleted it. */
   deleteCall?: boolean;
+  /** An NDJSON body, sent as it is (application/x-ndjson), instead of body. */
+  ndjson?: string;
+  /** The answer is NDJSON: one value per line. */
+  ndjsonOut?: boolean;
 }
 
 /** Every route of /v1/openapi.json, by operationId, and the method that
@@ -70,6 +74,10 @@ export const ROUTES = {
   listDeadLetters: { method: "GET", path: "/v1/dead-letters", sdk: "listDeadLetters" },
   replayDeadLetters: { method: "POST", path: "/v1/dead-letters/replay", sdk: "replayDeadLetters" },
   getJob: { method: "GET", path: "/v1/jobs/{id}", sdk: "getJob" },
+  listJobErrors: { method: "GET", path: "/v1/jobs/{id}/errors", sdk: "listJobErrors" },
+  cancelJob: { method: "POST", path: "/v1/jobs/{id}/cancel", sdk: "cancelJob" },
+  createEventsBulk: { method: "POST", path: "/v1/events/bulk", sdk: "sendEventsBulk" },
+  testEndpointFilter: { method: "POST", path: "/v1/endpoints/{id}/filter/test", sdk: "testEndpointFilter" },
   createPortalSession: { method: "POST", path: "/v1/portal-sessions", sdk: "createPortalSession" },
   createEventType: { method: "POST", path: "/v1/event-types", sdk: "createEventType" },
   listEventTypes: { method: "GET", path: "/v1/event-types", sdk: "listEventTypes" },
@@ -213,6 +221,39 @@ export class WebhookdClient {
     return this.do({ method: "GET", path: `/v1/jobs/${enc(id)}` }, opts);
   }
 
+  /** GET /v1/jobs/{id}/errors: a bulk job's refused lines, in line order. */
+  listJobErrors(id: string, opts: CallOptions = {}): Promise<JobError[]> {
+    return this.do({ method: "GET", path: `/v1/jobs/${enc(id)}/errors`, ndjsonOut: true }, opts);
+  }
+
+  /** POST /v1/jobs/{id}/cancel: a queued or running job ends canceled (no
+   * line accepted after the answer); a finished one comes back unchanged. */
+  cancelJob(id: string, opts: MutatingCallOptions = {}): Promise<Job> {
+    return this.do({ method: "POST", path: `/v1/jobs/${enc(id)}/cancel`, body: {}, idempotencyKey: opts.idempotencyKey ?? "" },
+      opts);
+  }
+
+  /** POST /v1/events/bulk: events as one background job (up to 100,000;
+   * SPEC §2 Bulk jobs); returns its id, once the whole body is stored. Follow
+   * it with getJob, its refused lines with listJobErrors. One
+   * Idempotency-Key for the call, reused on every retry. */
+  async sendEventsBulk(events: Iterable<NewEvent>, opts: MutatingCallOptions = {}): Promise<string> {
+    let ndjson = "";
+    for (const e of events) ndjson += JSON.stringify(e) + "\n";
+    const out = await this.do<{ job_id: string }>({ method: "POST", path: "/v1/events/bulk", ndjson,
+      idempotencyKey: opts.idempotencyKey ?? "" }, opts);
+    return out.job_id;
+  }
+
+  /** POST /v1/endpoints/{id}/filter/test: whether the endpoint's filter (or
+   * one to try, t.filter) matches a past event or a given type and data.
+   * Sends nothing. */
+  async testEndpointFilter(id: string, t: FilterTest, opts: CallOptions = {}): Promise<boolean> {
+    const out = await this.do<{ match: boolean }>({ method: "POST", path: `/v1/endpoints/${enc(id)}/filter/test`, body: t,
+      mode: "safe" }, opts);
+    return out.match;
+  }
+
   // ---- event-type catalog, portal links
 
   /** POST /v1/event-types: adds an entry to the catalog, with an optional
@@ -303,6 +344,7 @@ export class WebhookdClient {
       }
       this.pacer.done(res);
       if (res && res.status < 300) {
+        if (r.ndjsonOut) return text.split("\n").filter((l) => l !== "").map((l) => JSON.parse(l)) as T;
         if (text === "" || res.status === 204) return undefined as T;
         return JSON.parse(text) as T;
       }
@@ -343,10 +385,11 @@ export class WebhookdClient {
       ...r.headers, Authorization: `Bearer ${this.apiKey}`, Accept: "application/json", "User-Agent": this.userAgent,
     };
     if (r.body !== undefined) headers["Content-Type"] = "application/json";
+    if (r.ndjson !== undefined) headers["Content-Type"] = "application/x-ndjson";
     if (r.idempotencyKey) headers["Idempotency-Key"] = r.idempotencyKey;
     const perTry = AbortSignal.timeout(this.retry.perTryTimeoutMs);
     const res = await this.fetch(url, {
-      method: r.method, headers, body: r.body === undefined ? undefined : JSON.stringify(r.body),
+      method: r.method, headers, body: r.ndjson ?? (r.body === undefined ? undefined : JSON.stringify(r.body)),
       signal: signal ? anySignal(signal, perTry) : perTry, redirect: "manual",
     });
     const text = await res.text();

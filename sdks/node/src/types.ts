@@ -86,7 +86,7 @@ export interface DeadLetter {
 }
 
 export interface Job {
-  id: string; kind: "dead_letter_replay"; status: "queued" | "running" | "succeeded" | "failed";
+  id: string; kind: "dead_letter_replay" | "event_bulk"; status: "queued" | "running" | "succeeded" | "failed" | "canceled";
   total: number; done: number; failed_count: number; created_at: string; finished_at: string | null;
 }
 
@@ -135,3 +135,14 @@ export interface EventTypeFilter {
 export interface PortalSession { url: string; expires_at: string }
 
 export interface Page<T> { data: T[]; next_cursor: string | null }
+
+/** A line of a bulk job that was refused (GET /v1/jobs/{id}/errors). */
+export interface JobError {
+  line: number; code: string; message: string; field?: string;
+}
+
+/** What POST /v1/endpoints/{id}/filter/test is asked: a past event, or a
+ * type and data; filter tries one before it is saved. */
+export interface FilterTest {
+  event_id?: string; type?: string; data?: unknown; filter?: Record<string, unknown> | null;
+}

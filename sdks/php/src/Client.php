@@ -41,6 +41,10 @@ final class Client
         'listDeadLetters' => ['GET', '/v1/dead-letters', 'listDeadLetters'],
         'replayDeadLetters' => ['POST', '/v1/dead-letters/replay', 'replayDeadLetters'],
         'getJob' => ['GET', '/v1/jobs/{id}', 'getJob'],
+        'listJobErrors' => ['GET', '/v1/jobs/{id}/errors', 'listJobErrors'],
+        'cancelJob' => ['POST', '/v1/jobs/{id}/cancel', 'cancelJob'],
+        'createEventsBulk' => ['POST', '/v1/events/bulk', 'sendEventsBulk'],
+        'testEndpointFilter' => ['POST', '/v1/endpoints/{id}/filter/test', 'testEndpointFilter'],
         'createPortalSession' => ['POST', '/v1/portal-sessions', 'createPortalSession'],
         'createEventType' => ['POST', '/v1/event-types', 'createEventType'],
         'listEventTypes' => ['GET', '/v1/event-types', 'listEventTypes'],
@@ -214,6 +218,49 @@ final class Client
         return $this->do('GET', '/v1/jobs/' . rawurlencode($id), opts: $opts);
     }
 
+    /**
+     * GET /v1/jobs/{id}/errors: a bulk job's refused lines, {line, code, message, field}.
+     * @param Options $opts @return list<array<string, mixed>>
+     */
+    public function listJobErrors(string $id, array $opts = []): array
+    {
+        return $this->do('GET', '/v1/jobs/' . rawurlencode($id) . '/errors', opts: $opts, ndjsonOut: true);
+    }
+
+    /**
+     * POST /v1/jobs/{id}/cancel: a queued or running job ends canceled; a finished one comes back as it is.
+     * @param Options $opts @return array<string, mixed>
+     */
+    public function cancelJob(string $id, array $opts = []): array
+    {
+        return $this->do('POST', '/v1/jobs/' . rawurlencode($id) . '/cancel', body: new \stdClass(), opts: $opts, key: true);
+    }
+
+    /**
+     * POST /v1/events/bulk: events ({type, data, ...}) as one background job (up to 100,000); returns its id
+     * once the whole body is stored. Follow it with getJob, its refused lines with listJobErrors.
+     * @param iterable<array<string, mixed>> $events @param Options $opts
+     */
+    public function sendEventsBulk(iterable $events, array $opts = []): string
+    {
+        $ndjson = '';
+        foreach ($events as $e) {
+            $ndjson .= json_encode($e, JSON_THROW_ON_ERROR | JSON_UNESCAPED_SLASHES) . "\n";
+        }
+        return $this->do('POST', '/v1/events/bulk', opts: $opts, key: true, ndjson: $ndjson)['job_id'];
+    }
+
+    /**
+     * POST /v1/endpoints/{id}/filter/test: whether the endpoint's filter (or 'filter', one to try before saving
+     * it) matches a past event ('event_id') or a given 'type' and 'data'. Sends nothing.
+     * @param array<string, mixed> $test @param Options $opts
+     */
+    public function testEndpointFilter(string $id, array $test, array $opts = []): bool
+    {
+        return (bool) $this->do('POST', '/v1/endpoints/' . rawurlencode($id) . '/filter/test', body: $test,
+            opts: $opts)['match'];
+    }
+
     // ---- event-type catalog, portal links
 
     /**
@@ -307,7 +354,8 @@ final class Client
      * @param array<string, mixed> $query @param Options $opts @param list<string> $headers
      */
     private function do(string $method, string $path, mixed $body = null, array $query = [], array $opts = [],
-        bool $key = false, bool $safe = true, bool $deleteCall = false, array $headers = []): mixed
+        bool $key = false, bool $safe = true, bool $deleteCall = false, array $headers = [], ?string $ndjson = null,
+        bool $ndjsonOut = false): mixed
     {
         if ($key) {
             // One key per logical operation: made once here, sent on every try.
@@ -335,8 +383,12 @@ final class Client
         for ($attempt = 1; ; $attempt++) {
             $this->pacer->wait($sleep);
             [$status, $respHeaders, $respBody, $netErr, $connectErr] = $this->send($method, $path, $body, $query,
-                $headers, $cancel, $deadline);
+                $headers, $cancel, $deadline, $ndjson);
             $this->pacer->done($status, $respHeaders);
+            if ($status !== null && $status < 300 && $ndjsonOut) {
+                $lines = array_filter(explode("\n", $respBody), static fn (string $l): bool => trim($l) !== '');
+                return array_values(array_map(static fn (string $l): mixed => json_decode($l, true, 512, JSON_THROW_ON_ERROR), $lines));
+            }
             if ($status !== null && $status < 300) {
                 return $respBody === '' || $status === 204 ? null : json_decode($respBody, true, 512, JSON_THROW_ON_ERROR);
             }
@@ -379,7 +431,7 @@ final class Client
      * @return array{0: ?int, 1: ?array<string, string>, 2: string, 3: ?string, 4: bool}
      */
     private function send(string $method, string $path, mixed $body, array $query, array $headers,
-        ?callable $cancel, ?float $deadline): array
+        ?callable $cancel, ?float $deadline, ?string $ndjson = null): array
     {
         $url = $this->baseUrl . $path . ($query !== [] ? '?' . http_build_query($query) : '');
         $timeout = $this->retry->perTryTimeout;
@@ -404,7 +456,10 @@ final class Client
                 return strlen($line);
             },
         ];
-        if ($body !== null) {
+        if ($ndjson !== null) {
+            $headers[] = 'Content-Type: application/x-ndjson';
+            $options[CURLOPT_POSTFIELDS] = $ndjson;
+        } elseif ($body !== null) {
             $headers[] = 'Content-Type: application/json';
             $options[CURLOPT_POSTFIELDS] = json_encode($body, JSON_THROW_ON_ERROR | JSON_UNESCAPED_SLASHES);
         }

@@ -11,7 +11,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -42,6 +42,10 @@ ROUTES: dict[str, tuple[str, str, str]] = {
     "listDeadLetters": ("GET", "/v1/dead-letters", "list_dead_letters"),
     "replayDeadLetters": ("POST", "/v1/dead-letters/replay", "replay_dead_letters"),
     "getJob": ("GET", "/v1/jobs/{id}", "get_job"),
+    "listJobErrors": ("GET", "/v1/jobs/{id}/errors", "list_job_errors"),
+    "cancelJob": ("POST", "/v1/jobs/{id}/cancel", "cancel_job"),
+    "createEventsBulk": ("POST", "/v1/events/bulk", "send_events_bulk"),
+    "testEndpointFilter": ("POST", "/v1/endpoints/{id}/filter/test", "test_endpoint_filter"),
     "createPortalSession": ("POST", "/v1/portal-sessions", "create_portal_session"),
     "createEventType": ("POST", "/v1/event-types", "create_event_type"),
     "listEventTypes": ("GET", "/v1/event-types", "list_event_types"),
@@ -76,6 +80,8 @@ class _Request:
     headers: dict[str, str] = field(default_factory=dict)
     safe: bool = True  # False: retried only when the API certainly did not act (429, no connection)
     delete_call: bool = False
+    ndjson: bytes | None = None  # an NDJSON body, sent as it is, instead of body
+    ndjson_out: bool = False  # the answer is NDJSON: one value per line
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -235,6 +241,39 @@ class Client:
         """GET /v1/jobs/{id}."""
         return self._do(_Request("GET", f"/v1/jobs/{_enc(id)}"), cancel, timeout)
 
+    def list_job_errors(self, id: str, *, cancel: threading.Event | None = None,
+                        timeout: float | None = None) -> list[dict[str, Any]]:
+        """GET /v1/jobs/{id}/errors: a bulk job's refused lines ``{"line","code","message","field"}``."""
+        return self._do(_Request("GET", f"/v1/jobs/{_enc(id)}/errors", ndjson_out=True), cancel, timeout)
+
+    def cancel_job(self, id: str, *, idempotency_key: str | None = None, cancel: threading.Event | None = None,
+                   timeout: float | None = None) -> dict[str, Any]:
+        """POST /v1/jobs/{id}/cancel: a queued or running job ends canceled; a finished one comes back as it is."""
+        return self._do(_Request("POST", f"/v1/jobs/{_enc(id)}/cancel", body={}, has_body=True,
+                                 idempotency_key=idempotency_key or ""), cancel, timeout)
+
+    def send_events_bulk(self, events: Iterable[Mapping[str, Any]], *, idempotency_key: str | None = None,
+                         cancel: threading.Event | None = None, timeout: float | None = None) -> str:
+        """POST /v1/events/bulk: events ``{"type","data",...}`` as one background job (up to 100,000); returns
+        its id once the whole body is stored. Follow it with get_job, its refused lines with list_job_errors."""
+        body = b"".join(json.dumps(e, separators=(",", ":")).encode() + b"\n" for e in events)
+        out = self._do(_Request("POST", "/v1/events/bulk", ndjson=body, idempotency_key=idempotency_key or ""),
+                       cancel, timeout)
+        return out["job_id"]
+
+    def test_endpoint_filter(self, id: str, *, event_id: str | None = None, type: str | None = None,
+                             data: Any = None, filter: Mapping[str, Any] | None = None,
+                             cancel: threading.Event | None = None, timeout: float | None = None) -> bool:
+        """POST /v1/endpoints/{id}/filter/test: whether the endpoint's filter (or ``filter``, one to try before
+        saving it) matches a past event or a given type and data. Sends nothing."""
+        body: dict[str, Any] = {k: v for k, v in {"event_id": event_id, "type": type, "filter": filter}.items()
+                                if v is not None}
+        if type is not None:
+            body["data"] = data
+        out = self._do(_Request("POST", f"/v1/endpoints/{_enc(id)}/filter/test", body=body, has_body=True),
+                       cancel, timeout)
+        return bool(out["match"])
+
     # ---- event-type catalog, portal links
 
     def create_event_type(self, event_type: Mapping[str, Any], *, idempotency_key: str | None = None,
@@ -329,6 +368,8 @@ class Client:
                 net_err = e
             self._pacer.done(status, headers)
             if status is not None and status < 300:
+                if r.ndjson_out:
+                    return [json.loads(line) for line in body.splitlines() if line.strip()]
                 return json.loads(body) if body and status != 204 else None
             if status is not None and headers is not None:
                 last = error_from_response(status, headers, body, attempt)
@@ -359,14 +400,16 @@ class Client:
         url = self.base_url + r.path
         if r.query:
             url += "?" + urllib.parse.urlencode(r.query)
-        data = json.dumps(r.body).encode() if r.has_body else None
+        data = r.ndjson if r.ndjson is not None else json.dumps(r.body).encode() if r.has_body else None
         req = urllib.request.Request(url, data=data, method=r.method)
         for k, v in r.headers.items():
             req.add_header(k, v)
         req.add_header("Authorization", f"Bearer {self._api_key}")
         req.add_header("Accept", "application/json")
         req.add_header("User-Agent", self._user_agent)
-        if data is not None:
+        if r.ndjson is not None:
+            req.add_header("Content-Type", "application/x-ndjson")
+        elif data is not None:
             req.add_header("Content-Type", "application/json")
         if r.idempotency_key:
             req.add_header("Idempotency-Key", r.idempotency_key)
