@@ -77,13 +77,9 @@ func sendSetup(f *flagSet) action {
 		if key == "" {
 			return errors.New("no API key: set WEBHOOKD_API_KEY or --api-key")
 		}
-		c, err := client.New(url, key, client.WithUserAgent("webhookd-send"))
+		c, opts, err := sendClient(url, key, idemKey)
 		if err != nil {
 			return err
-		}
-		var opts []client.CallOption
-		if idemKey != "" {
-			opts = append(opts, client.WithIdempotencyKey(idemKey))
 		}
 		ev, err := c.SendEvent(ctx, client.NewEvent{Type: typ, Data: raw, ExternalID: externalID, EndpointIDs: endpoints}, opts...)
 		var apiErr *client.Error
@@ -112,6 +108,20 @@ func apiRefusal(e *client.Error) error {
 	return refusedError{errors.New(msg)}
 }
 
+// sendClient is the client `webhookd send` calls the API with, and the
+// options of its one call: the Idempotency-Key given, if any.
+func sendClient(url, key, idemKey string) (*client.Client, []client.CallOption, error) {
+	c, err := client.New(url, key, client.WithUserAgent("webhookd-send"))
+	if err != nil {
+		return nil, nil, err
+	}
+	var opts []client.CallOption
+	if idemKey != "" {
+		opts = append(opts, client.WithIdempotencyKey(idemKey))
+	}
+	return c, opts, nil
+}
+
 // sendBulk is `webhookd send --bulk FILE`.
 func sendBulk(ctx context.Context, inv *invocation, url, key, file, idemKey string) error {
 	in := io.Reader(os.Stdin)
@@ -123,13 +133,9 @@ func sendBulk(ctx context.Context, inv *invocation, url, key, file, idemKey stri
 		defer f.Close()
 		in = f
 	}
-	c, err := client.New(url, key, client.WithUserAgent("webhookd-send"))
+	c, opts, err := sendClient(url, key, idemKey)
 	if err != nil {
 		return err
-	}
-	var opts []client.CallOption
-	if idemKey != "" {
-		opts = append(opts, client.WithIdempotencyKey(idemKey))
 	}
 	id, err := c.BulkNDJSON(ctx, in, opts...)
 	var apiErr *client.Error
