@@ -165,12 +165,25 @@ func (q *Queue) enqueue(ctx context.Context, taskID string, t deliveryTask, at t
 func (q *Queue) enqueueTask(ctx context.Context, task *asynq.Task, id string, at time.Time, timeout time.Duration) error {
 	opts := []asynq.Option{asynq.TaskID(id), asynq.Queue(q.queue), asynq.MaxRetry(maxRetry), asynq.Timeout(timeout)}
 	if !at.IsZero() {
-		opts = append(opts, asynq.ProcessAt(at))
+		opts = append(opts, asynq.ProcessAt(notBefore(at)))
 	}
 	if _, err := q.client.EnqueueContext(ctx, task, opts...); err != nil {
 		return fmt.Errorf("enqueue %s: %w", id, err)
 	}
 	return nil
+}
+
+// notBefore is at as asynq should be given it: asynq keeps a task's time in
+// whole seconds, cut, so a task for later is made for the next whole second
+// instead, never early. A task that ran before its delivery was due would
+// find it not due, and one held back for room then would sleep for the hold
+// (holdFor) with PostgreSQL's hold not written (storage.HoldBack holds only
+// due deliveries).
+func notBefore(at time.Time) time.Time {
+	if up := at.Truncate(time.Second); up.Before(at) && at.After(time.Now()) {
+		return up.Add(time.Second)
+	}
+	return at
 }
 
 // maxRetry is effectively unbounded: PostgreSQL counts attempts and decides
@@ -235,38 +248,68 @@ func (q *Queue) Wake(ctx context.Context, ep string, ids ...string) {
 			running = append(running, id)
 		}
 	}
-	if len(running) == 0 {
+	retryRunning(running, func(id string) error { return q.inspector.RunTask(q.queue, id) })
+}
+
+// retryRunning tries op again on each of ids, a few times over the next
+// moments, while it finds the task running (isRunning): its handler, about
+// to return, holds it. It does not wait.
+func retryRunning(ids []string, op func(id string) error) {
+	if len(ids) == 0 {
 		return
 	}
 	go func() {
-		for try := 0; try < 5 && len(running) > 0; try++ {
+		for try := 0; try < 8 && len(ids) > 0; try++ {
 			time.Sleep(time.Duration(try+1) * 20 * time.Millisecond) // the handler's return, a moment away
-			left := running[:0]
-			for _, id := range running {
-				if isRunning(q.inspector.RunTask(q.queue, id)) {
+			left := ids[:0]
+			for _, id := range ids {
+				if isRunning(op(id)) {
 					left = append(left, id)
 				}
 			}
-			running = left
+			ids = left
 		}
 	}()
 }
 
-// isRunning tells RunTask's refusal of an active task (asynq v0.26 has no
-// error value for it, only a FailedPrecondition text).
-func isRunning(err error) bool { return err != nil && strings.Contains(err.Error(), "already running") }
+// isRunning tells RunTask's or DeleteTask's refusal of an active task
+// (asynq v0.26 has no error value for it, only FailedPrecondition texts).
+func isRunning(err error) bool {
+	return err != nil && (strings.Contains(err.Error(), "already running") || strings.Contains(err.Error(), "in active state"))
+}
 
-// Drop deletes the sleeping task id, whose delivery is done (a chained
-// attempt of an ordered queue made it): else it would wake, once, to find
-// it done. A task pending or running is left alone, and so is any error.
-// It does not wait: the chain goes on with the next delivery meanwhile.
-func (q *Queue) Drop(id string) { go q.inspector.DeleteTask(q.queue, id) }
+// Drop deletes the sleeping task id, whose delivery is done (made by an
+// attempt other than its task's: a chained one of an ordered queue, a
+// handed-on one): else it would wake, once, to find it done. A task still
+// running (its handler held the delivery back and has not returned yet) is
+// deleted once it sleeps; any other error leaves it, to wake and find its
+// delivery done. It does not wait.
+func (q *Queue) Drop(id string) {
+	drop := func(id string) error { return q.inspector.DeleteTask(q.queue, id) }
+	go func() {
+		if isRunning(drop(id)) {
+			retryRunning([]string{id}, drop)
+		}
+	}()
+}
 
 // Reschedule moves delivery id's sleeping task to at: deleted, then made
-// again (a task pending or running is left to run).
+// again. A task still running is moved once it sleeps (retryRunning), so
+// that a delivery attempted by another than its task does not wait for
+// the time its task's handler is about to sleep until.
 func (q *Queue) Reschedule(ctx context.Context, ep, id string, at time.Time) error {
-	_ = q.inspector.DeleteTask(q.queue, id)
-	return q.Enqueue(ctx, webhookd.ScheduledDelivery{ID: id, EndpointID: ep, DueAt: at})
+	move := func(id string) error {
+		if err := q.inspector.DeleteTask(q.queue, id); isRunning(err) {
+			return err
+		}
+		return q.Enqueue(context.WithoutCancel(ctx), webhookd.ScheduledDelivery{ID: id, EndpointID: ep, DueAt: at})
+	}
+	err := move(id)
+	if isRunning(err) {
+		retryRunning([]string{id}, move)
+		return nil
+	}
+	return err
 }
 
 // EnqueueProbe schedules the wake-up of endpoint ep's probe at at: the
@@ -275,11 +318,6 @@ func (q *Queue) Reschedule(ctx context.Context, ep, id string, at time.Time) err
 // probe has one task however often it is offered.
 func (q *Queue) EnqueueProbe(ctx context.Context, ep string, at time.Time) error {
 	id := "probe:" + ep + ":" + strconv.FormatInt(at.UnixMilli(), 10)
-	// asynq keeps a task's time in whole seconds, cut: rounded up instead,
-	// so the wake-up never comes before the probe is due.
-	if up := at.Truncate(time.Second); up.Before(at) {
-		at = up.Add(time.Second)
-	}
 	err := q.enqueueTask(ctx, asynq.NewTask(TaskProbe, []byte(ep)), id, at, q.timeout)
 	if errors.Is(err, asynq.ErrTaskIDConflict) {
 		return nil
