@@ -276,6 +276,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	d.holder.holds = newBatcher(256, 1, batchLinger, 30*time.Second, func(ctx context.Context, hs []storage.Hold) ([]bool, error) {
 		return make([]bool, len(hs)), d.db.HoldBack(ctx, d.clock.Now(), hs)
 	})
+	d.holder.nexts = newBatcher(256, 1, claimLinger, 30*time.Second, d.holder.nextAll)
 	w.background = ctx
 	mux := asynq.NewServeMux()
 	mux.HandleFunc(TaskDelivery, w.handleDelivery)
@@ -329,9 +330,11 @@ func (w *Worker) Stop() {
 	w.reconciler.Stop()
 	w.retention.Stop()
 	w.holder.Stop()
+	w.Deliverer.closing.Store(true) // no new hand-ons: the attempts in flight end theirs
 	w.server.Shutdown()
 	w.attempts.Wait() // the reconciler's attempts of a dead worker's deliveries
 	w.Deliverer.holder.holds.Stop()
+	w.Deliverer.holder.nexts.Stop()
 	w.Deliverer.claims.Stop()
 	w.Deliverer.records.Stop()
 	w.Deliverer.claims, w.Deliverer.records = nil, nil
