@@ -2,11 +2,13 @@ package client_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/client"
 	"github.com/webhookd/webhookd/internal/conformance"
 	"github.com/webhookd/webhookd/storage"
@@ -22,7 +24,12 @@ func TestConformance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := newStackWindow(t, storage.ProjectPlan{}, time.Duration(file.RateLimitWindowMS)*time.Millisecond)
+	s := newStackJobs(t, storage.ProjectPlan{}, time.Duration(file.RateLimitWindowMS)*time.Millisecond,
+		func(db *storage.DB) webhookd.Enqueuer {
+			jobs := conformance.NewJobs(db)
+			t.Cleanup(jobs.Close)
+			return jobs
+		})
 	for _, c := range file.Cases {
 		t.Run(c.Name, func(t *testing.T) {
 			t.Parallel()
@@ -94,6 +101,8 @@ func runCall(c *client.Client, call conformance.Call) conformance.Result {
 		ev, err = c.SendEvent(ctx, client.NewEvent{Type: call.Type, Data: call.Data, ExternalID: call.ExternalID}, opts...)
 	case "get_event":
 		ev, err = c.Event(ctx, call.ID)
+	case "send_bulk":
+		return runBulk(ctx, c, call)
 	default:
 		err = errors.New("unknown op " + call.Op)
 	}
@@ -106,4 +115,51 @@ func runCall(c *client.Client, call conformance.Call) conformance.Result {
 		re.Status, re.Code, re.Field, re.RequestID, re.Attempts = e.StatusCode, e.Code, e.Field, e.RequestID, e.Attempts
 	}
 	return conformance.Result{Error: re}
+}
+
+// runBulk streams a send_bulk call's events as one job, waits for it with
+// a progress callback and lists its refused lines.
+func runBulk(ctx context.Context, c *client.Client, call conformance.Call) conformance.Result {
+	fail := func(err error) conformance.Result {
+		re := &conformance.ResultError{Message: err.Error()}
+		var e *client.Error
+		if errors.As(err, &e) {
+			re.Status, re.Code, re.Field, re.RequestID, re.Attempts = e.StatusCode, e.Code, e.Field, e.RequestID, e.Attempts
+		}
+		return conformance.Result{Error: re}
+	}
+	var bad error
+	id, err := c.Bulk(ctx, func(yield func(client.NewEvent) bool) {
+		for _, raw := range call.Events {
+			var ev client.NewEvent
+			if bad = json.Unmarshal(raw, &ev); bad != nil || !yield(ev) {
+				return
+			}
+		}
+	})
+	if err == nil {
+		err = bad
+	}
+	if err != nil {
+		return fail(err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	rj := &conformance.ResultJob{}
+	j, err := c.WaitJob(ctx, id, 20*time.Millisecond, func(j client.Job) {
+		rj.Progress = append(rj.Progress, conformance.JobProgress{Status: j.Status, Total: j.Total, Done: j.Done,
+			FailedCount: j.FailedCount})
+	})
+	if err != nil {
+		return fail(err)
+	}
+	rj.Status, rj.Total, rj.Done, rj.FailedCount = j.Status, j.Total, j.Done, j.FailedCount
+	errs, err := c.JobErrors(ctx, id)
+	if err != nil {
+		return fail(err)
+	}
+	for _, e := range errs {
+		rj.Errors = append(rj.Errors, conformance.JobLine{Line: e.Line, Code: e.Code, Field: e.Field})
+	}
+	return conformance.Result{OK: true, ID: id, Job: rj}
 }

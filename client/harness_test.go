@@ -38,10 +38,23 @@ func newStack(t testing.TB, plan storage.ProjectPlan) *stack {
 // instead of a minute (0: a minute).
 func newStackWindow(t testing.TB, plan storage.ProjectPlan, window time.Duration) *stack {
 	t.Helper()
+	return newStackJobs(t, plan, window, nil)
+}
+
+// newStackJobs is newStackWindow whose API hands its work to enqueuer
+// (nil: to nobody, as in the other tests); jobs gets the database and
+// returns the enqueuer.
+func newStackJobs(t testing.TB, plan storage.ProjectPlan, window time.Duration,
+	jobs func(*storage.DB) webhookd.Enqueuer) *stack {
+	t.Helper()
 	db := testenv.DB(t)
 	rdb, _ := testenv.Redis(t)
+	var enqueuer webhookd.Enqueuer
+	if jobs != nil {
+		enqueuer = jobs(db)
+	}
 	srv, err := api.New(api.Config{DB: db, Redis: rdb, AllowPrivateNetworks: true, RateLimitWindow: window,
-		Logger: slog.New(slog.DiscardHandler), Metrics: prometheus.NewRegistry()})
+		Enqueuer: enqueuer, Logger: slog.New(slog.DiscardHandler), Metrics: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
 	}

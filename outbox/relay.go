@@ -108,6 +108,7 @@ type Relay struct {
 	metrics *metrics
 	stop    context.CancelFunc
 	wg      sync.WaitGroup
+	movers  []*mover // one per source, from Start
 }
 
 // metrics are the relay's counters, by source (Source.String: project,
@@ -142,13 +143,27 @@ func New(cfg Config) (*Relay, error) {
 // ends. A source that cannot be reached is tried again with backoff.
 func (r *Relay) Start(ctx context.Context) {
 	ctx, r.stop = context.WithCancel(context.WithoutCancel(ctx))
-	for _, src := range r.cfg.Sources {
+	names, now := sourceNames(r.cfg.Sources), time.Now().UTC()
+	for i, src := range r.cfg.Sources {
 		name := src.String()
 		m := &mover{src: src, cfg: r.cfg, log: r.cfg.Logger.With("outbox_source", name),
 			moved: r.metrics.moved.WithLabelValues(name), refused: r.metrics.refused.WithLabelValues(name),
 			failures: r.metrics.failures.WithLabelValues(name)}
+		m.status.s = SourceStatus{Name: names[i], State: "starting", Since: now}
+		r.movers = append(r.movers, m)
 		r.wg.Go(func() { m.run(ctx) })
 	}
+}
+
+// Status says, for each source in the order of Config.Sources, whether its
+// last poll or move succeeded, since when, and if not why (SourceStatus);
+// nil before Start.
+func (r *Relay) Status() []SourceStatus {
+	out := make([]SourceStatus, 0, len(r.movers))
+	for _, m := range r.movers {
+		out = append(out, m.status.get())
+	}
+	return out
 }
 
 // Stop stops the relay and waits for its moves: one under way is rolled
@@ -179,6 +194,7 @@ type mover struct {
 	pool *pgxpool.Pool
 
 	moved, refused, failures prometheus.Counter
+	status                   status // the last poll's outcome, for Relay.Status
 }
 
 // run moves the source when woken (its notifications), every Poll, and
@@ -215,9 +231,11 @@ func (m *mover) run(ctx context.Context) {
 		case <-t.C:
 		}
 		full, err := m.moveBatch(ctx)
-		switch {
-		case ctx.Err() != nil:
+		if ctx.Err() != nil {
 			return
+		}
+		m.status.record(err, time.Now())
+		switch {
 		case err != nil:
 			m.failures.Inc()
 			fails++
@@ -362,7 +380,7 @@ func (m *mover) moveBatch(ctx context.Context) (full bool, err error) {
 	}
 	refused, err := m.cfg.Writer.Write(ctx, m.src.Project, keys, batch)
 	if err != nil {
-		return false, fmt.Errorf("write to webhookd: %w", err)
+		return false, writeError{err}
 	}
 	if m.cfg.afterWrite != nil {
 		m.cfg.afterWrite(ctx, len(batch))

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -368,4 +370,44 @@ func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
 		}
 	}
 	return sum
+}
+
+// TestStatusSaysPerSourceWhetherMovesSucceed: a source whose database
+// nobody listens for ends "failing" with a reason that names no host,
+// port, user or password, and the reachable one beside it "ok".
+func TestStatusSaysPerSourceWhetherMovesSucceed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String() // nothing listens here once closed
+	ln.Close()
+	_, port, _ := net.SplitHostPort(dead)
+	deadURL := "postgres://svcuser:s3cret-pw@" + dead + "/orders?connect_timeout=2"
+	r := e.relay(func(c *outbox.Config) {
+		c.Sources = append(c.Sources, outbox.Source{Project: "billing", DatabaseURL: deadURL})
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	var got []outbox.SourceStatus
+	for {
+		got = r.Status()
+		if len(got) == 2 && got[0].State == "ok" && got[1].State == "failing" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Status: %+v; want shop ok and billing failing", got)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got[0].Name != "shop" || got[0].Error != "" || got[1].Name != "billing" ||
+		got[1].Error != "cannot connect to the source database" || got[1].Since.IsZero() {
+		t.Fatalf("Status: %+v", got)
+	}
+	for _, leak := range []string{"127.0.0.1", port, "svcuser", "s3cret", "orders", "refused"} {
+		if strings.Contains(fmt.Sprintf("%+v", got), leak) {
+			t.Errorf("Status %+v leaks %q", got, leak)
+		}
+	}
 }

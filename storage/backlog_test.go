@@ -60,4 +60,19 @@ func TestReadBacklog(t *testing.T) {
 	if b.Jobs["queued"] != 1 {
 		t.Errorf("jobs %+v, want one queued", b.Jobs)
 	}
+	// A bulk job counts beside the replay, its lines as items to do
+	// (webhookd_jobs, webhookd_job_items_remaining).
+	up := db.NewBulkUpload(p.ID, now)
+	if err := up.AddChunk(ctx, 1, 3, []byte("{}\n{}\n{}\n")); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := up.Commit(ctx, storage.IdempotencyKey{ProjectID: p.ID, Key: "bulk-1", TTL: time.Hour}, 3, time.Second,
+		func(id string) (storage.StoredResponse, error) {
+			return storage.StoredResponse{StatusCode: 202, ContentType: "application/json", Body: []byte(`{"job_id":"` + id + `"}`)}, nil
+		}); err != nil {
+		t.Fatal(err)
+	}
+	if b, err = s.ReadBacklog(ctx, now); err != nil || b.Jobs["queued"] != 2 || b.JobsRemaining != 3 {
+		t.Errorf("with a bulk job of 3 lines: jobs %+v, remaining %d (%v); want 2 queued, 3 remaining", b.Jobs, b.JobsRemaining, err)
+	}
 }

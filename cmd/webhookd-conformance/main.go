@@ -54,7 +54,9 @@ func run() int {
 	defer env.close()
 	db := testenv.DB(env)
 	rdb, _ := testenv.Redis(env)
-	srv, err := api.New(api.Config{DB: db, Redis: rdb, AllowPrivateNetworks: true,
+	jobs := conformance.NewJobs(db)
+	defer jobs.Close()
+	srv, err := api.New(api.Config{DB: db, Redis: rdb, AllowPrivateNetworks: true, Enqueuer: jobs,
 		RateLimitWindow: time.Duration(file.RateLimitWindowMS) * time.Millisecond,
 		Logger:          slog.New(slog.DiscardHandler), Metrics: prometheus.NewRegistry()})
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/webhookd/webhookd/outbox"
 	"github.com/webhookd/webhookd/storage"
 )
 
@@ -54,8 +55,11 @@ func (m *Main) startOps(withDashboard bool) error {
 // says ok or down, never why: hosts, users and driver errors stay in the
 // log, written when a dependency goes down.
 type health struct {
-	db     *storage.DB
-	redis  redis.UniversalClient
+	db    *storage.DB
+	redis redis.UniversalClient
+	// outbox, when set (a worker with WEBHOOKD_OUTBOX_SOURCES), is the
+	// relay's Status, shown per source by /readyz.
+	outbox func() []outbox.SourceStatus
 	log    *slog.Logger
 	up     *prometheus.Desc
 	mu     sync.Mutex
@@ -110,12 +114,35 @@ func (h *health) check(ctx context.Context) map[string]string {
 type readiness struct {
 	Status string            `json:"status"` // ok or unavailable
 	Checks map[string]string `json:"checks"` // dependency: ok or down
+	// Outbox is each outbox source's last poll or move, by name
+	// (outbox.SourceStatus); absent without sources.
+	Outbox map[string]outboxReadiness `json:"outbox,omitempty"`
+}
+
+// outboxReadiness is one outbox source in /readyz.
+type outboxReadiness struct {
+	Status string    `json:"status"` // starting, ok or failing
+	Since  time.Time `json:"since"`  // when status last changed
+	Error  *string   `json:"error"`  // why it fails, in words naming no host, user or password; null unless failing
 }
 
 // serveReadyz answers 200 when PostgreSQL and Redis answer, else 503 with
-// Retry-After, naming what is down.
+// Retry-After, naming what is down. It also shows each outbox source's
+// state, which does not change the answer: a service's database being down
+// stops only its own rows, and must not take an API that keeps accepting
+// events out of its load balancer.
 func (h *health) serveReadyz(w http.ResponseWriter, r *http.Request) {
 	body := readiness{Status: "ok", Checks: h.check(r.Context())}
+	if h.outbox != nil {
+		body.Outbox = map[string]outboxReadiness{}
+		for _, s := range h.outbox() {
+			o := outboxReadiness{Status: s.State, Since: s.Since}
+			if s.Error != "" {
+				o.Error = &s.Error
+			}
+			body.Outbox[s.Name] = o
+		}
+	}
 	status := http.StatusOK
 	for _, v := range body.Checks {
 		if v != "ok" {

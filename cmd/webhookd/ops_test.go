@@ -139,3 +139,43 @@ func TestReadyzNamesWhatIsDownAndNothingElse(t *testing.T) {
 		t.Errorf("/metrics does not say both are down:\n%s", body)
 	}
 }
+
+// TestReadyzShowsEachOutboxSource: a worker with a reachable outbox source
+// and one whose database nobody listens for shows the first "ok" and the
+// second "failing" with why and since when, naming no host, port, user or
+// password, and still answers 200: a service's database being down is not
+// webhookd's.
+func TestReadyzShowsEachOutboxSource(t *testing.T) {
+	t.Parallel()
+	good, _ := outboxSource(t)
+	dead := freeAddr(t)
+	_, port, _ := net.SplitHostPort(dead)
+	m, _ := startMain(t, Roles{Worker: true, Ops: true}, func(c *Config) {
+		c.OutboxSources = "shop=" + good + " billing=postgres://svcuser:s3cret-pw@" + dead + "/orders?connect_timeout=2"
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		status, _, body := get(t, "http://"+m.OpsAddr+"/readyz")
+		var got readiness
+		if err := json.Unmarshal([]byte(body), &got); err != nil {
+			t.Fatalf("/readyz body %q: %v", body, err)
+		}
+		shop, billing := got.Outbox["shop"], got.Outbox["billing"]
+		if shop.Status == "ok" && billing.Status == "failing" {
+			if status != http.StatusOK || got.Status != "ok" || shop.Error != nil || billing.Since.IsZero() ||
+				billing.Error == nil || *billing.Error != "cannot connect to the source database" {
+				t.Fatalf("/readyz: %d %s", status, body)
+			}
+			for _, leak := range []string{"127.0.0.1", port, "svcuser", "s3cret", "orders", "refused"} {
+				if strings.Contains(body, leak) {
+					t.Errorf("/readyz %q leaks %q", body, leak)
+				}
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz: %d %s; want shop ok and billing failing", status, body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

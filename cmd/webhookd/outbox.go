@@ -52,6 +52,9 @@ func (m *Main) startOutbox(ctx context.Context) error {
 		return err
 	}
 	m.Outbox.Start(ctx)
+	if m.health != nil {
+		m.health.outbox = m.Outbox.Status
+	}
 	names := make([]string, len(sources))
 	for i, s := range sources {
 		names[i] = s.String()

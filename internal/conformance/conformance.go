@@ -48,7 +48,7 @@ type Retry struct {
 // Call is one logical operation (repeated Repeat times, Concurrency at
 // once where the language allows).
 type Call struct {
-	Op             string          `json:"op"` // send_event or get_event
+	Op             string          `json:"op"` // send_event, get_event or send_bulk
 	Type           string          `json:"type,omitempty"`
 	Data           json.RawMessage `json:"data,omitempty"`
 	ExternalID     string          `json:"external_id,omitempty"`
@@ -58,6 +58,21 @@ type Call struct {
 	Concurrency    int             `json:"concurrency,omitempty"`
 	CancelAfterMS  int             `json:"cancel_after_ms,omitempty"`
 	ExpectError    *ExpectError    `json:"expect_error,omitempty"` // nil: the call must succeed
+	// Events are send_bulk's lines: the runner streams them as one bulk
+	// job, waits for the job with a progress callback, lists its refused
+	// lines, and reports the job (Result.Job) with the job id as Result.ID.
+	Events    []json.RawMessage `json:"events,omitempty"`
+	ExpectJob *ExpectJob        `json:"expect_job,omitempty"`
+}
+
+// ExpectJob is what a send_bulk call's finished job must show.
+type ExpectJob struct {
+	Status      string   `json:"status"`
+	Total       int      `json:"total"`
+	Done        int      `json:"done"`
+	FailedCount int      `json:"failed_count"`
+	ErrorLines  []int    `json:"error_lines"` // the refused lines' numbers, in order
+	ErrorCodes  []string `json:"error_codes"` // and their codes
 }
 
 // ExpectError is what a failed call's typed error must carry; empty fields
@@ -75,7 +90,8 @@ type ExpectError struct {
 // Expect is what the proxy and the database must have seen.
 type Expect struct {
 	Events                int      `json:"events"`
-	Requests              int      `json:"requests"`
+	Requests              *int     `json:"requests,omitempty"`      // nil: not counted (a job's readings vary in number)
+	BulkRequests          int      `json:"bulk_requests,omitempty"` // this many POST /v1/events/bulk requests
 	SameKey               bool     `json:"same_key,omitempty"`
 	LastReplayed          bool     `json:"last_replayed,omitempty"`
 	MinGapMS              int      `json:"min_gap_ms,omitempty"`
@@ -100,6 +116,34 @@ type Result struct {
 	OK    bool         `json:"ok"`
 	ID    string       `json:"id,omitempty"`
 	Error *ResultError `json:"error,omitempty"`
+	Job   *ResultJob   `json:"job,omitempty"` // send_bulk's job, as the client's wait returned it
+}
+
+// ResultJob is a send_bulk call's job: as the wait returned it, each
+// reading the progress callback got, and the refused lines the client
+// listed.
+type ResultJob struct {
+	Status      string        `json:"status"`
+	Total       int           `json:"total"`
+	Done        int           `json:"done"`
+	FailedCount int           `json:"failed_count"`
+	Progress    []JobProgress `json:"progress"`
+	Errors      []JobLine     `json:"errors"`
+}
+
+// JobProgress is one call of a wait's progress callback.
+type JobProgress struct {
+	Status      string `json:"status"`
+	Total       int    `json:"total"`
+	Done        int    `json:"done"`
+	FailedCount int    `json:"failed_count"`
+}
+
+// JobLine is a refused line as the client listed it.
+type JobLine struct {
+	Line  int    `json:"line"`
+	Code  string `json:"code"`
+	Field string `json:"field"`
 }
 
 // ResultError is the client's typed error as the runner read it.
@@ -173,6 +217,9 @@ func Check(c Case, out Outcome, seen []faultproxy.Seen, events int) []string {
 		for _, call := range c.Calls {
 			for range max(call.Repeat, 1) {
 				checkResult(i, call.ExpectError, out.Results[i], bad)
+				if call.ExpectJob != nil && out.Results[i].OK {
+					checkJob(i, *call.ExpectJob, out.Results[i], bad)
+				}
 				i++
 			}
 		}
@@ -181,8 +228,19 @@ func Check(c Case, out Outcome, seen []faultproxy.Seen, events int) []string {
 	if events != e.Events {
 		bad("the project holds %d events, want %d", events, e.Events)
 	}
-	if len(seen) != e.Requests {
-		bad("the API got %d requests, want %d", len(seen), e.Requests)
+	if e.Requests != nil && len(seen) != *e.Requests {
+		bad("the API got %d requests, want %d", len(seen), *e.Requests)
+	}
+	if e.BulkRequests > 0 {
+		n := 0
+		for _, s := range seen {
+			if s.Method == http.MethodPost && s.Path == "/v1/events/bulk" {
+				n++
+			}
+		}
+		if n != e.BulkRequests {
+			bad("the API got %d POST /v1/events/bulk requests, want %d", n, e.BulkRequests)
+		}
 	}
 	keys := map[string]bool{}
 	generated := 0
@@ -258,6 +316,44 @@ func checkResult(i int, want *ExpectError, got Result, bad func(string, ...any))
 		want.RequestIDPrefix != "" && !strings.HasPrefix(g.RequestID, want.RequestIDPrefix),
 		want.Attempts != 0 && g.Attempts != want.Attempts:
 		bad("result %d: error %s, want %+v", i, describe(got), *want)
+	}
+}
+
+// checkJob compares a send_bulk call's job with what the case expects: its
+// counts, its refused lines, and progress calls that never go back and end
+// with the finished job.
+func checkJob(i int, want ExpectJob, got Result, bad func(string, ...any)) {
+	j := got.Job
+	if j == nil {
+		bad("result %d: no job reported", i)
+		return
+	}
+	if !strings.HasPrefix(got.ID, "job_") {
+		bad("result %d: id %q, want a job id", i, got.ID)
+	}
+	if j.Status != want.Status || j.Total != want.Total || j.Done != want.Done || j.FailedCount != want.FailedCount {
+		bad("result %d: job %s %d/%d failed %d, want %s %d/%d failed %d", i, j.Status, j.Done, j.Total, j.FailedCount,
+			want.Status, want.Done, want.Total, want.FailedCount)
+	}
+	var lines []int
+	var codes []string
+	for _, e := range j.Errors {
+		lines, codes = append(lines, e.Line), append(codes, e.Code)
+	}
+	if fmt.Sprint(lines) != fmt.Sprint(want.ErrorLines) || fmt.Sprint(codes) != fmt.Sprint(want.ErrorCodes) {
+		bad("result %d: refused lines %v %v, want %v %v", i, lines, codes, want.ErrorLines, want.ErrorCodes)
+	}
+	if len(j.Progress) == 0 {
+		bad("result %d: the progress callback was never called", i)
+		return
+	}
+	for k := 1; k < len(j.Progress); k++ {
+		if p, q := j.Progress[k-1], j.Progress[k]; q.Done < p.Done || q.FailedCount < p.FailedCount {
+			bad("result %d: progress went back from %+v to %+v", i, p, q)
+		}
+	}
+	if last := j.Progress[len(j.Progress)-1]; last != (JobProgress{j.Status, j.Total, j.Done, j.FailedCount}) {
+		bad("result %d: the last progress call %+v is not the finished job", i, last)
 	}
 }
 

@@ -100,3 +100,44 @@ func TestCheckPacingAndCancel(t *testing.T) {
 		t.Error("a call that was not cancelled passed the cancel case")
 	}
 }
+
+// TestCheckJob keeps the bulk case's checks honest: the job a right client
+// reports passes, and a wrong count, a missing refused line or progress
+// calls that go back or stop short are each reported.
+func TestCheckJob(t *testing.T) {
+	c, ok := load(t).Case("bulk_job_streamed_with_a_refused_line")
+	if !ok {
+		t.Fatal("no bulk_job_streamed_with_a_refused_line case")
+	}
+	right := func() Outcome {
+		return Outcome{Results: []Result{{OK: true, ID: "job_1", Job: &ResultJob{Status: "succeeded", Total: 5, Done: 4,
+			FailedCount: 1, Errors: []JobLine{{Line: 3, Code: "validation_failed", Field: "type"}},
+			Progress: []JobProgress{{"queued", 5, 0, 0}, {"running", 5, 2, 1}, {"succeeded", 5, 4, 1}}}}}}
+	}
+	key := "0b8f3c3e-6a43-4d3e-9a3b-2f1d5c7e9a10"
+	seen := []faultproxy.Seen{{Method: "POST", Path: "/v1/events/bulk", IdempotencyKey: key, Status: 202},
+		{Method: "GET", Path: "/v1/jobs/job_1", Status: 200}, {Method: "GET", Path: "/v1/jobs/job_1/errors", Status: 200}}
+	if p := Check(c, right(), seen, 4); len(p) != 0 {
+		t.Fatalf("a right run was refused: %v", p)
+	}
+	for name, tc := range map[string]struct {
+		change func(*ResultJob)
+		want   string
+	}{
+		"a wrong count":        {func(j *ResultJob) { j.Done = 5 }, "job succeeded 5/5"},
+		"no refused line":      {func(j *ResultJob) { j.Errors = nil }, "refused lines"},
+		"progress going back":  {func(j *ResultJob) { j.Progress[1].Done = 5 }, "progress went back"},
+		"progress stops short": {func(j *ResultJob) { j.Progress = j.Progress[:2] }, "not the finished job"},
+		"no progress":          {func(j *ResultJob) { j.Progress = nil }, "never called"},
+	} {
+		out := right()
+		tc.change(out.Results[0].Job)
+		p := Check(c, out, seen, 4)
+		if len(p) == 0 || !strings.Contains(strings.Join(p, "; "), tc.want) {
+			t.Errorf("%s: problems %v, want one saying %q", name, p, tc.want)
+		}
+	}
+	if p := Check(c, right(), append(seen, seen[0]), 4); len(p) == 0 {
+		t.Error("two POSTs passed")
+	}
+}

@@ -52,6 +52,9 @@ interface Request {
   ndjson?: string;
   /** The answer is NDJSON: one value per line. */
   ndjsonOut?: boolean;
+  /** A body streamed as it is made (application/x-ndjson, chunked). It can
+   * be read once: the request makes one try. */
+  stream?: AsyncIterable<Uint8Array>;
 }
 
 /** Every route of /v1/openapi.json, by operationId, and the method that
@@ -245,6 +248,56 @@ export class WebhookdClient {
     return out.job_id;
   }
 
+  // ---- bulk jobs, streamed
+
+  /** POST /v1/events/bulk with events streamed: each is written as an
+   * NDJSON line while the request is sent (chunked), so neither the events
+   * nor the body are ever all in memory; returns the job's id once the API
+   * has stored the whole body. events may be any iterable or async iterable
+   * (a generator reading a file or a cursor).
+   *
+   * The events are read once, so this makes one try: after a temporary
+   * error (429, 5xx, WebhookdNetworkError) call it again with the same
+   * events and the same idempotencyKey, and the API answers with the job the
+   * first try made, if it made one. Follow the job with waitJob. */
+  async streamEventsBulk(events: Iterable<NewEvent> | AsyncIterable<NewEvent>,
+    opts: MutatingCallOptions = {}): Promise<string> {
+    const out = await this.do<{ job_id: string }>({ method: "POST", path: "/v1/events/bulk", stream: ndjsonChunks(events),
+      idempotencyKey: opts.idempotencyKey ?? "" }, opts);
+    return out.job_id;
+  }
+
+  /** Follows a job (GET /v1/jobs/{id}) until it is finished (succeeded,
+   * failed or canceled) and returns it. Readings start intervalMs apart and
+   * back off (×1.5, up to maxIntervalMs) while nothing changes; onProgress,
+   * when given, is called with every reading whose status or counts
+   * (done, total, failed_count) changed, the finished job included. signal
+   * and timeoutMs bound the whole wait (WebhookdAbortError). */
+  async waitJob(id: string, opts: WaitJobOptions = {}): Promise<Job> {
+    const first = opts.intervalMs ?? 250;
+    const most = Math.max(opts.maxIntervalMs ?? 5_000, first);
+    const signal = opts.timeoutMs != null
+      ? (opts.signal ? anySignal(opts.signal, AbortSignal.timeout(opts.timeoutMs)) : AbortSignal.timeout(opts.timeoutMs))
+      : opts.signal;
+    let seen: Job | null = null;
+    let wait = first;
+    for (;;) {
+      const j = await this.getJob(id, { signal });
+      const changed = !seen || seen.status !== j.status || seen.done !== j.done || seen.total !== j.total ||
+        seen.failed_count !== j.failed_count;
+      if (changed) opts.onProgress?.(j);
+      if (j.status === "succeeded" || j.status === "failed" || j.status === "canceled") return j;
+      wait = changed ? first : Math.min(wait * 1.5, most);
+      seen = j;
+      try {
+        await sleep(wait, signal);
+      } catch (e) {
+        throw new WebhookdAbortError(`webhookd: wait for job ${id}: ${signal?.reason?.name === "TimeoutError" ? "deadline passed" : "cancelled"}`,
+          null, e);
+      }
+    }
+  }
+
   /** POST /v1/endpoints/{id}/filter/test: whether the endpoint's filter (or
    * one to try, t.filter) matches a past event or a given type and data.
    * Sends nothing. */
@@ -365,6 +418,7 @@ export class WebhookdClient {
           wait = afterRetryAfter(ra);
         }
       }
+      if (r.stream) retry = false; // its body is spent
       if (!retry || attempt >= this.retry.maxAttempts || Date.now() + wait > deadline) {
         if (res) throw last!;
         throw new WebhookdNetworkError(`webhookd: ${r.method} ${r.path}: ${attempt} tries: ${describe(netErr)}`, attempt, last, netErr);
@@ -385,16 +439,61 @@ export class WebhookdClient {
       ...r.headers, Authorization: `Bearer ${this.apiKey}`, Accept: "application/json", "User-Agent": this.userAgent,
     };
     if (r.body !== undefined) headers["Content-Type"] = "application/json";
-    if (r.ndjson !== undefined) headers["Content-Type"] = "application/x-ndjson";
+    if (r.ndjson !== undefined || r.stream) headers["Content-Type"] = "application/x-ndjson";
     if (r.idempotencyKey) headers["Idempotency-Key"] = r.idempotencyKey;
     const perTry = AbortSignal.timeout(this.retry.perTryTimeoutMs);
-    const res = await this.fetch(url, {
+    const init: RequestInit & { duplex?: "half" } = {
       method: r.method, headers, body: r.ndjson ?? (r.body === undefined ? undefined : JSON.stringify(r.body)),
       signal: signal ? anySignal(signal, perTry) : perTry, redirect: "manual",
-    });
+    };
+    if (r.stream) {
+      init.body = readableOf(r.stream);
+      init.duplex = "half"; // a streamed request body (fetch requires it said)
+    }
+    const res = await this.fetch(url, init);
     const text = await res.text();
     return { res, text };
   }
+}
+
+/** Options of waitJob; signal and timeoutMs bound the whole wait. */
+export interface WaitJobOptions extends CallOptions {
+  /** Called with the job whenever its status or counts changed, the finished job included. */
+  onProgress?: (job: Job) => void;
+  /** The first wait between two readings in ms; default 250. */
+  intervalMs?: number;
+  /** The longest wait between two readings in ms; default 5000. */
+  maxIntervalMs?: number;
+}
+
+/** The NDJSON lines of events, in chunks of about 64 KiB: one event at a
+ * time is read, and one chunk at a time is held. */
+async function* ndjsonChunks(events: Iterable<NewEvent> | AsyncIterable<NewEvent>): AsyncGenerator<Uint8Array> {
+  const enc = new TextEncoder();
+  let buf = "";
+  for await (const e of events) {
+    buf += JSON.stringify(e) + "\n";
+    if (buf.length >= 64 << 10) {
+      yield enc.encode(buf);
+      buf = "";
+    }
+  }
+  if (buf !== "") yield enc.encode(buf);
+}
+
+/** A ReadableStream pulling from chunks only as fast as the request sends. */
+function readableOf(chunks: AsyncIterable<Uint8Array>): ReadableStream<Uint8Array> {
+  const it = chunks[Symbol.asyncIterator]();
+  return new ReadableStream<Uint8Array>({
+    async pull(c) {
+      const { value, done } = await it.next();
+      if (done) c.close();
+      else c.enqueue(value);
+    },
+    async cancel(reason) {
+      await it.return?.(reason);
+    },
+  });
 }
 
 /** A signal that fires when either does (AbortSignal.any, which Node 18

@@ -166,3 +166,86 @@ test("the event-type catalog and portal links: a create retried with its key, li
     await s.close();
   }
 });
+
+test("streamEventsBulk streams an async iterable as chunked NDJSON while it is read, and makes one try", async () => {
+  let received = 0;
+  let gotFirstChunk!: () => void;
+  const firstChunk = new Promise<void>((r) => (gotFirstChunk = r));
+  const seen: { headers: IncomingMessage["headers"]; body: string }[] = [];
+  const server = createServer((req, res) => {
+    let body = "";
+    req.on("data", (c: Buffer) => {
+      body += c;
+      received += c.length;
+      gotFirstChunk();
+    });
+    req.on("end", () => {
+      seen.push({ headers: req.headers, body });
+      if (seen.length === 2) return answer(res, 503, apiError("unavailable"), { "Retry-After": "0" });
+      answer(res, 202, { job_id: "job_1" });
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  try {
+    const c = new WebhookdClient(url, "key", fast);
+    const n = 3000;
+    async function* events() {
+      for (let i = 1; i <= n; i++) {
+        // Half-way, wait until the API has bytes: a client that read every
+        // event before sending would never get past this line.
+        if (i === n / 2) await firstChunk;
+        yield { type: "bulk.item", data: { n: i, pad: "x".repeat(40) } };
+      }
+    }
+    assert.equal(await c.streamEventsBulk(events(), { idempotencyKey: "k1" }), "job_1");
+    assert.ok(received > 0);
+    const h = seen[0].headers;
+    assert.equal(h["transfer-encoding"], "chunked");
+    assert.equal(h["content-length"], undefined);
+    assert.equal(h["content-type"], "application/x-ndjson");
+    assert.equal(h["idempotency-key"], "k1");
+    const lines = seen[0].body.split("\n");
+    assert.equal(lines.length, n + 1);
+    assert.deepEqual(JSON.parse(lines[776]), { type: "bulk.item", data: { n: 777, pad: "x".repeat(40) } });
+    // A plain array streams too; its 503 is not retried (the body is spent).
+    const err = await c.streamEventsBulk([{ type: "a", data: 1 }]).catch((e) => e);
+    assert.ok(err instanceof WebhookdError);
+    assert.deepEqual([err.status, err.attempts], [503, 1]);
+    assert.equal(seen.length, 2);
+  } finally {
+    await new Promise((r) => server.close(r));
+  }
+});
+
+test("waitJob backs off until the job is finished and reports each change of its counts", async () => {
+  const readings = [
+    { status: "queued", total: 3, done: 0, failed_count: 0 },
+    { status: "running", total: 3, done: 1, failed_count: 0 },
+    { status: "running", total: 3, done: 1, failed_count: 0 },
+    { status: "running", total: 3, done: 1, failed_count: 0 },
+    { status: "succeeded", total: 3, done: 2, failed_count: 1 },
+  ];
+  const s = await serve((n, req, _b, res) => {
+    assert.equal(req.url, "/v1/jobs/job_1");
+    answer(res, 200, { id: "job_1", kind: "event_bulk", ...readings[Math.min(n, readings.length) - 1] });
+  });
+  try {
+    const c = new WebhookdClient(s.url, "key", fast);
+    const progress: string[] = [];
+    const j = await c.waitJob("job_1", { intervalMs: 5, onProgress: (p) => progress.push(`${p.status} ${p.done}/${p.total} ${p.failed_count}`) });
+    assert.equal(j.status, "succeeded");
+    assert.deepEqual(progress, ["queued 0/3 0", "running 1/3 0", "succeeded 2/3 1"]);
+    assert.equal(s.seen.length, 5);
+    // A deadline ends the wait with WebhookdAbortError.
+    const never = await serve((_n, _r, _b, res) => answer(res, 200, { id: "job_2", status: "running", total: 1, done: 0, failed_count: 0 }));
+    try {
+      const err = await new WebhookdClient(never.url, "key", fast).waitJob("job_2", { intervalMs: 5, timeoutMs: 100 }).catch((e) => e);
+      assert.ok(err instanceof WebhookdAbortError, String(err));
+    } finally {
+      await never.close();
+    }
+  } finally {
+    await s.close();
+  }
+});

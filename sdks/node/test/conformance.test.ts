@@ -26,6 +26,8 @@ async function runCall(c: WebhookdClient, call: any): Promise<unknown> {
         { idempotencyKey: call.idempotency_key, signal: ac.signal });
     } else if (call.op === "get_event") {
       ev = await c.getEvent(call.id, { signal: ac.signal });
+    } else if (call.op === "send_bulk") {
+      return await runBulk(c, call, ac.signal);
     } else {
       throw new Error(`unknown op ${call.op}`);
     }
@@ -38,6 +40,20 @@ async function runCall(c: WebhookdClient, call: any): Promise<unknown> {
   } finally {
     clearTimeout(timer);
   }
+}
+
+/** Streams a send_bulk call's events from a generator as one job, waits for
+ * it with a progress callback and lists its refused lines. */
+async function runBulk(c: WebhookdClient, call: any, signal: AbortSignal): Promise<unknown> {
+  async function* events() {
+    for (const e of call.events) yield e;
+  }
+  const id = await c.streamEventsBulk(events(), { signal });
+  const progress: unknown[] = [];
+  const j = await c.waitJob(id, { signal, timeoutMs: 30_000, intervalMs: 20,
+    onProgress: (p) => progress.push({ status: p.status, total: p.total, done: p.done, failed_count: p.failed_count }) });
+  const errors = (await c.listJobErrors(id, { signal })).map((e) => ({ line: e.line, code: e.code, field: e.field ?? "" }));
+  return { ok: true, id, job: { status: j.status, total: j.total, done: j.done, failed_count: j.failed_count, progress, errors } };
 }
 
 for (const kase of file.cases) {

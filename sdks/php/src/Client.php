@@ -250,6 +250,96 @@ final class Client
         return $this->do('POST', '/v1/events/bulk', opts: $opts, key: true, ndjson: $ndjson)['job_id'];
     }
 
+    // ---- bulk jobs, streamed
+
+    /**
+     * POST /v1/events/bulk with events streamed: each is written as an NDJSON line while curl sends the request
+     * (chunked, CURLOPT_READFUNCTION), so neither the events nor the body are ever all in memory; returns the
+     * job's id once the API has stored the whole body. $events may be any iterable, a generator reading a file or
+     * a cursor included.
+     *
+     * The events are read once, so this makes one try: after a temporary error (429, 5xx, NetworkException) call
+     * it again with the same events and the same 'idempotency_key', and the API answers with the job the first
+     * try made, if it made one. Follow the job with waitJob.
+     * @param iterable<array<string, mixed>> $events @param Options $opts
+     */
+    public function streamEventsBulk(iterable $events, array $opts = []): string
+    {
+        return $this->do('POST', '/v1/events/bulk', opts: $opts, key: true, stream: self::ndjsonChunks($events))['job_id'];
+    }
+
+    /**
+     * Follows a job (GET /v1/jobs/{id}) until it is finished (succeeded, failed or canceled) and returns it.
+     * Readings start 'interval' seconds apart (default 0.25) and back off (x1.5, up to 'max_interval', default 5)
+     * while nothing changes; $onProgress, when given, is called with every reading whose status or counts (done,
+     * total, failed_count) changed, the finished job included. 'cancel' and 'timeout' bound the whole wait
+     * (CancelledException).
+     * @param (callable(array<string, mixed>): void)|null $onProgress
+     * @param array{interval?: float, max_interval?: float, timeout?: float, cancel?: callable(): bool} $opts
+     * @return array<string, mixed>
+     */
+    public function waitJob(string $id, ?callable $onProgress = null, array $opts = []): array
+    {
+        $first = (float) ($opts['interval'] ?? 0.25);
+        $most = max((float) ($opts['max_interval'] ?? 5.0), $first);
+        $cancel = $opts['cancel'] ?? null;
+        $deadline = isset($opts['timeout']) ? microtime(true) + (float) $opts['timeout'] : null;
+        $seen = null;
+        $wait = $first;
+        while (true) {
+            $call = $cancel !== null ? ['cancel' => $cancel] : [];
+            if ($deadline !== null) {
+                $left = $deadline - microtime(true);
+                if ($left <= 0) {
+                    throw new CancelledException("webhookd: wait for job {$id}: deadline passed", null);
+                }
+                $call['timeout'] = $left;
+            }
+            $j = $this->getJob($id, $call);
+            $changed = $seen === null;
+            foreach (['status', 'done', 'total', 'failed_count'] as $k) {
+                $changed = $changed || ($seen[$k] ?? null) !== ($j[$k] ?? null);
+            }
+            if ($changed && $onProgress !== null) {
+                $onProgress($j);
+            }
+            if (in_array($j['status'] ?? null, ['succeeded', 'failed', 'canceled'], true)) {
+                return $j;
+            }
+            $wait = $changed ? $first : min($wait * 1.5, $most);
+            $seen = $j;
+            if ($deadline !== null && microtime(true) + $wait > $deadline) {
+                throw new CancelledException("webhookd: wait for job {$id}: deadline passed", null);
+            }
+            $until = microtime(true) + $wait;
+            while (($left = $until - microtime(true)) > 0) {
+                if ($cancel !== null && $cancel()) {
+                    throw new CancelledException("webhookd: wait for job {$id}: cancelled", null);
+                }
+                usleep((int) (min($left, $cancel !== null ? 0.02 : $left) * 1e6));
+            }
+        }
+    }
+
+    /**
+     * The NDJSON lines of $events in chunks of about 64 KiB: one event at a time is read, one chunk held.
+     * @param iterable<array<string, mixed>> $events @return \Generator<int, string>
+     */
+    private static function ndjsonChunks(iterable $events): \Generator
+    {
+        $buf = '';
+        foreach ($events as $e) {
+            $buf .= json_encode($e, JSON_THROW_ON_ERROR | JSON_UNESCAPED_SLASHES) . "\n";
+            if (strlen($buf) >= 65536) {
+                yield $buf;
+                $buf = '';
+            }
+        }
+        if ($buf !== '') {
+            yield $buf;
+        }
+    }
+
     /**
      * POST /v1/endpoints/{id}/filter/test: whether the endpoint's filter (or 'filter', one to try before saving
      * it) matches a past event ('event_id') or a given 'type' and 'data'. Sends nothing.
@@ -355,7 +445,7 @@ final class Client
      */
     private function do(string $method, string $path, mixed $body = null, array $query = [], array $opts = [],
         bool $key = false, bool $safe = true, bool $deleteCall = false, array $headers = [], ?string $ndjson = null,
-        bool $ndjsonOut = false): mixed
+        bool $ndjsonOut = false, ?\Generator $stream = null): mixed
     {
         if ($key) {
             // One key per logical operation: made once here, sent on every try.
@@ -383,7 +473,7 @@ final class Client
         for ($attempt = 1; ; $attempt++) {
             $this->pacer->wait($sleep);
             [$status, $respHeaders, $respBody, $netErr, $connectErr] = $this->send($method, $path, $body, $query,
-                $headers, $cancel, $deadline, $ndjson);
+                $headers, $cancel, $deadline, $ndjson, $stream);
             $this->pacer->done($status, $respHeaders);
             if ($status !== null && $status < 300 && $ndjsonOut) {
                 $lines = array_filter(explode("\n", $respBody), static fn (string $l): bool => trim($l) !== '');
@@ -414,6 +504,9 @@ final class Client
                     $wait = RetryPolicy::afterRetryAfter($ra);
                 }
             }
+            if ($stream !== null) {
+                $retry = false; // its body is spent
+            }
             $outOfTime = $deadline !== null && microtime(true) + $wait > $deadline;
             if (!$retry || $attempt >= $this->retry->maxAttempts || $outOfTime) {
                 if ($status !== null) {
@@ -431,7 +524,7 @@ final class Client
      * @return array{0: ?int, 1: ?array<string, string>, 2: string, 3: ?string, 4: bool}
      */
     private function send(string $method, string $path, mixed $body, array $query, array $headers,
-        ?callable $cancel, ?float $deadline, ?string $ndjson = null): array
+        ?callable $cancel, ?float $deadline, ?string $ndjson = null, ?\Generator $stream = null): array
     {
         $url = $this->baseUrl . $path . ($query !== [] ? '?' . http_build_query($query) : '');
         $timeout = $this->retry->perTryTimeout;
@@ -456,7 +549,23 @@ final class Client
                 return strlen($line);
             },
         ];
-        if ($ndjson !== null) {
+        if ($stream !== null) {
+            // curl asks for the body as it sends it: the next chunk of the generator, a slice at a time.
+            $headers[] = 'Content-Type: application/x-ndjson';
+            $headers[] = 'Transfer-Encoding: chunked';
+            $headers[] = 'Expect:'; // no wait for a 100 Continue
+            $options[CURLOPT_POST] = true;
+            $buf = '';
+            $options[CURLOPT_READFUNCTION] = static function ($ch, $fd, int $length) use ($stream, &$buf): string {
+                while ($buf === '' && $stream->valid()) {
+                    $buf = $stream->current();
+                    $stream->next();
+                }
+                $out = substr($buf, 0, $length);
+                $buf = substr($buf, strlen($out));
+                return $out; // '' at the end of the events
+            };
+        } elseif ($ndjson !== null) {
             $headers[] = 'Content-Type: application/x-ndjson';
             $options[CURLOPT_POSTFIELDS] = $ndjson;
         } elseif ($body !== null) {

@@ -205,4 +205,61 @@ final class ClientTest extends TestCase
         $this->assertSame('{}', $this->seen()[8]['body']);
         $this->assertMatchesRegularExpression('/^[0-9a-f-]{36}$/', $this->seen()[8]['key']);
     }
+
+    public function testStreamEventsBulkSendsAGeneratorChunkedWithoutHoldingItAndMakesOneTry(): void
+    {
+        $this->script([
+            ['n' => 2, 'status' => 503, 'body' => self::apiError('unavailable'), 'headers' => ['Retry-After' => '0']],
+            ['path' => '/v1/events/bulk', 'status' => 202, 'body' => ['job_id' => 'job_1']],
+        ]);
+        $c = $this->client();
+        $n = 60000; // about 6 MB of NDJSON
+        $events = (static function () use ($n): \Generator {
+            for ($i = 1; $i <= $n; $i++) {
+                yield ['type' => 'bulk.item', 'data' => ['n' => $i, 'pad' => str_repeat('x', 60)]];
+            }
+        })();
+        $before = memory_get_usage();
+        memory_reset_peak_usage();
+        $this->assertSame('job_1', $c->streamEventsBulk($events, ['idempotency_key' => 'k1']));
+        $grew = memory_get_peak_usage() - $before;
+        $this->assertLessThan(2 << 20, $grew, 'the body was held in memory');
+        $seen = $this->seen();
+        $this->assertSame('chunked', $seen[0]['te']);
+        $this->assertSame('k1', $seen[0]['key']);
+        $lines = explode("\n", $seen[0]['body']);
+        $this->assertCount($n + 1, $lines);
+        $this->assertSame(['type' => 'bulk.item', 'data' => ['n' => 777, 'pad' => str_repeat('x', 60)]],
+            json_decode($lines[776], true));
+        // An array streams too; its 503 is not retried (the body is spent).
+        try {
+            $c->streamEventsBulk([['type' => 'a', 'data' => 1]]);
+            $this->fail('no error');
+        } catch (WebhookdException $e) {
+            $this->assertSame([503, 1], [$e->status, $e->attempts]);
+        }
+        $this->assertCount(2, $this->seen());
+    }
+
+    public function testWaitJobBacksOffUntilFinishedAndReportsEachChange(): void
+    {
+        $job = static fn (string $st, int $done, int $failed): array => ['id' => 'job_1', 'kind' => 'event_bulk',
+            'status' => $st, 'total' => 3, 'done' => $done, 'failed_count' => $failed];
+        $this->script([
+            ['n' => 1, 'status' => 200, 'body' => $job('queued', 0, 0)],
+            ['n' => 5, 'status' => 200, 'body' => $job('succeeded', 2, 1)],
+            ['path' => '/v1/jobs/job_1', 'status' => 200, 'body' => $job('running', 1, 0)],
+        ]);
+        $c = $this->client();
+        $progress = [];
+        $j = $c->waitJob('job_1', static function (array $p) use (&$progress): void {
+            $progress[] = "{$p['status']} {$p['done']}/{$p['total']} {$p['failed_count']}";
+        }, ['interval' => 0.005]);
+        $this->assertSame('succeeded', $j['status']);
+        $this->assertSame(['queued 0/3 0', 'running 1/3 0', 'succeeded 2/3 1'], $progress);
+        $this->assertCount(5, $this->seen());
+        $this->script([['status' => 200, 'body' => $job('running', 0, 0)]]);
+        $this->expectException(CancelledException::class);
+        $c->waitJob('job_1', null, ['interval' => 0.005, 'timeout' => 0.1]);
+    }
 }

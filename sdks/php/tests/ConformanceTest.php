@@ -74,6 +74,8 @@ final class ConformanceTest extends TestCase
                     $event['external_id'] = $call['external_id'];
                 }
                 $ev = $client->sendEvent($event, $opts);
+            } elseif ($call['op'] === 'send_bulk') {
+                return self::runBulk($client, $call, $opts);
             } else {
                 $ev = $client->getEvent($call['id'], $opts);
             }
@@ -86,6 +88,28 @@ final class ConformanceTest extends TestCase
                 'request_id' => $api?->requestId ?? '', 'attempts' => $api?->attempts ?? 0,
             ]];
         }
+    }
+
+    /**
+     * Streams a send_bulk call's events from a generator as one job, waits for it with a progress callback and
+     * lists its refused lines.
+     * @param array<string, mixed> $call @param array<string, mixed> $opts @return array<string, mixed>
+     */
+    private static function runBulk(Client $client, array $call, array $opts): array
+    {
+        $events = (static function () use ($call): \Generator {
+            yield from $call['events'];
+        })();
+        $id = $client->streamEventsBulk($events, $opts);
+        $progress = [];
+        $counts = static fn (array $j): array => ['status' => $j['status'], 'total' => $j['total'], 'done' => $j['done'],
+            'failed_count' => $j['failed_count']];
+        $j = $client->waitJob($id, static function (array $p) use (&$progress, $counts): void {
+            $progress[] = $counts($p);
+        }, ['interval' => 0.02, 'timeout' => 30] + $opts);
+        $errors = array_map(static fn (array $e): array => ['line' => $e['line'], 'code' => $e['code'],
+            'field' => $e['field'] ?? ''], $client->listJobErrors($id, $opts));
+        return ['ok' => true, 'id' => $id, 'job' => $counts($j) + ['progress' => $progress, 'errors' => $errors]];
     }
 
     /** @param array<string, mixed> $body @return array<string, mixed> */

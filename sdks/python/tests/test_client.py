@@ -197,3 +197,103 @@ class ClientTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ChunkedServer:
+    """A loopback server reading chunked bodies chunk by chunk: it records each request's headers and body and
+    sets first_chunk once bytes of a body arrived; answer(n) gives the n-th request's status and body."""
+
+    def __init__(self, answer: Callable[[int, str], tuple[int, Any]]) -> None:
+        self.seen: list[dict[str, Any]] = []
+        self.first_chunk = threading.Event()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def handle_one(self) -> None:
+                body = b""
+                if self.headers.get("Transfer-Encoding") == "chunked":
+                    while True:
+                        size = int(self.rfile.readline().split(b";")[0], 16)
+                        if size == 0:
+                            self.rfile.readline()
+                            break
+                        body += self.rfile.read(size)
+                        self.rfile.readline()
+                        outer.first_chunk.set()
+                else:
+                    body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                outer.seen.append({"path": self.path, "headers": dict(self.headers.items()), "body": body})
+                status, out = answer(len(outer.seen), self.path)
+                data = json.dumps(out).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = handle_one
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class BulkStreamTest(unittest.TestCase):
+    def test_stream_events_bulk_sends_a_generator_chunked_while_it_is_read_and_makes_one_try(self) -> None:
+        s = ChunkedServer(lambda n, _p: (503, api_error("unavailable")) if n == 2 else (202, {"job_id": "job_1"}))
+        self.addCleanup(s.close)
+        c = Client(s.url, "key", retry=FAST)
+        n = 3000
+        streamed: list[bool] = []
+
+        def events() -> Any:
+            for i in range(1, n + 1):
+                if i == n // 2:
+                    # Half-way, the API must have bytes already: a client that read every event before sending
+                    # would wait here in vain.
+                    streamed.append(s.first_chunk.wait(10))
+                yield {"type": "bulk.item", "data": {"n": i, "pad": "x" * 40}}
+
+        self.assertEqual(c.stream_events_bulk(events(), idempotency_key="k1"), "job_1")
+        self.assertEqual(streamed, [True])
+        h = s.seen[0]["headers"]
+        self.assertEqual(h.get("Transfer-Encoding"), "chunked")
+        self.assertIsNone(h.get("Content-Length"))
+        self.assertEqual(h.get("Content-Type"), "application/x-ndjson")
+        self.assertEqual(h.get("Idempotency-Key"), "k1")
+        lines = s.seen[0]["body"].split(b"\n")
+        self.assertEqual(len(lines), n + 1)
+        self.assertEqual(json.loads(lines[776]), {"type": "bulk.item", "data": {"n": 777, "pad": "x" * 40}})
+        # A list streams too; its 503 is not retried (the body is spent).
+        with self.assertRaises(WebhookdError) as cm:
+            c.stream_events_bulk([{"type": "a", "data": 1}])
+        self.assertEqual((cm.exception.status, cm.exception.attempts), (503, 1))
+        self.assertEqual(len(s.seen), 2)
+
+    def test_wait_job_backs_off_until_finished_and_reports_each_change(self) -> None:
+        readings = [("queued", 0, 0), ("running", 1, 0), ("running", 1, 0), ("running", 1, 0), ("succeeded", 2, 1)]
+
+        def answer(n: int, path: str) -> tuple[int, Any]:
+            st, done, failed = readings[min(n, len(readings)) - 1]
+            return 200, {"id": path.rsplit("/", 1)[1], "kind": "event_bulk", "status": st, "total": 3, "done": done,
+                         "failed_count": failed}
+
+        s = ChunkedServer(answer)
+        self.addCleanup(s.close)
+        c = Client(s.url, "key", retry=FAST)
+        progress: list[str] = []
+        j = c.wait_job("job_1", interval=0.005,
+                       on_progress=lambda p: progress.append(f"{p['status']} {p['done']}/{p['total']} {p['failed_count']}"))
+        self.assertEqual(j["status"], "succeeded")
+        self.assertEqual(progress, ["queued 0/3 0", "running 1/3 0", "succeeded 2/3 1"])
+        self.assertEqual(len(s.seen), 5)
+        readings[:] = [("running", 0, 0)]
+        with self.assertRaises(WebhookdCancelledError):
+            c.wait_job("job_2", interval=0.005, timeout=0.1)

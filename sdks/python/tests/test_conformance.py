@@ -36,6 +36,8 @@ def run_call(c: Client, call: dict[str, Any]) -> dict[str, Any]:
                               idempotency_key=call.get("idempotency_key"), cancel=cancel)
         elif call["op"] == "get_event":
             ev = c.get_event(call["id"], cancel=cancel)
+        elif call["op"] == "send_bulk":
+            return run_bulk(c, call, cancel)
         else:
             raise ValueError(call["op"])
         return {"ok": True, "id": ev["id"]}
@@ -49,6 +51,18 @@ def run_call(c: Client, call: dict[str, Any]) -> dict[str, Any]:
     finally:
         if timer:
             timer.cancel()
+
+
+def run_bulk(c: Client, call: dict[str, Any], cancel: threading.Event) -> dict[str, Any]:
+    """Streams a send_bulk call's events from a generator as one job, waits for it with a progress callback and
+    lists its refused lines."""
+    job_id = c.stream_events_bulk((e for e in call["events"]), cancel=cancel)
+    progress: list[dict[str, Any]] = []
+    j = c.wait_job(job_id, interval=0.02, timeout=30, cancel=cancel, on_progress=lambda p: progress.append(
+        {k: p[k] for k in ("status", "total", "done", "failed_count")}))
+    errors = [{"line": e["line"], "code": e["code"], "field": e.get("field") or ""} for e in c.list_job_errors(job_id)]
+    return {"ok": True, "id": job_id, "job": {**{k: j[k] for k in ("status", "total", "done", "failed_count")},
+                                             "progress": progress, "errors": errors}}
 
 
 @unittest.skipUnless(CONTROL, "WEBHOOKD_CONFORMANCE_URL is not set (make test-sdks sets it)")

@@ -11,7 +11,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -82,6 +82,8 @@ class _Request:
     delete_call: bool = False
     ndjson: bytes | None = None  # an NDJSON body, sent as it is, instead of body
     ndjson_out: bool = False  # the answer is NDJSON: one value per line
+    # An NDJSON body streamed as it is made (chunked); it can be read once, so the request makes one try.
+    ndjson_stream: Iterable[bytes] | None = None
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -261,6 +263,52 @@ class Client:
                        cancel, timeout)
         return out["job_id"]
 
+    # ---- bulk jobs, streamed
+
+    def stream_events_bulk(self, events: Iterable[NewEvent | Mapping[str, Any]], *, idempotency_key: str | None = None,
+                           cancel: threading.Event | None = None, timeout: float | None = None) -> str:
+        """POST /v1/events/bulk with events streamed: each is written as an NDJSON line while the request is sent
+        (chunked), so neither the events nor the body are ever all in memory; returns the job's id once the API has
+        stored the whole body. ``events`` may be any iterable, a generator reading a file or a cursor included.
+
+        The events are read once, so this makes one try: after a temporary error (429, 5xx,
+        WebhookdNetworkError) call it again with the same events and the same ``idempotency_key``, and the API
+        answers with the job the first try made, if it made one. Follow the job with wait_job."""
+        out = self._do(_Request("POST", "/v1/events/bulk", ndjson_stream=_ndjson_chunks(events, cancel),
+                                idempotency_key=idempotency_key or ""), cancel, timeout)
+        return out["job_id"]
+
+    def wait_job(self, id: str, *, on_progress: Callable[[dict[str, Any]], None] | None = None,
+                 interval: float = 0.25, max_interval: float = 5.0, cancel: threading.Event | None = None,
+                 timeout: float | None = None) -> dict[str, Any]:
+        """Follows a job (GET /v1/jobs/{id}) until it is finished (succeeded, failed or canceled) and returns it.
+        Readings start ``interval`` seconds apart and back off (x1.5, up to ``max_interval``) while nothing
+        changes; ``on_progress``, when given, is called with every reading whose status or counts (done, total,
+        failed_count) changed, the finished job included. ``cancel`` and ``timeout`` bound the whole wait
+        (WebhookdCancelledError)."""
+        deadline = time.monotonic() + timeout if timeout is not None else None
+        seen: dict[str, Any] | None = None
+        wait = interval
+        while True:
+            left = deadline - time.monotonic() if deadline is not None else None
+            if left is not None and left <= 0:
+                raise WebhookdCancelledError(f"webhookd: wait for job {id}: deadline passed", None)
+            j = self.get_job(id, cancel=cancel, timeout=left)
+            changed = seen is None or any(seen.get(k) != j.get(k) for k in ("status", "done", "total", "failed_count"))
+            if changed and on_progress is not None:
+                on_progress(j)
+            if j.get("status") in ("succeeded", "failed", "canceled"):
+                return j
+            wait = interval if changed else min(wait * 1.5, max(max_interval, interval))
+            seen = j
+            if deadline is not None and time.monotonic() + wait > deadline:
+                raise WebhookdCancelledError(f"webhookd: wait for job {id}: deadline passed", None)
+            if cancel is not None:
+                if cancel.wait(wait):
+                    raise WebhookdCancelledError(f"webhookd: wait for job {id}: cancelled", None)
+            else:
+                time.sleep(wait)
+
     def test_endpoint_filter(self, id: str, *, event_id: str | None = None, type: str | None = None,
                              data: Any = None, filter: Mapping[str, Any] | None = None,
                              cancel: threading.Event | None = None, timeout: float | None = None) -> bool:
@@ -389,6 +437,8 @@ class Client:
                     if ra > self.retry.max_retry_after:
                         retry = False
                     delay = after_retry_after(ra)
+            if r.ndjson_stream is not None:
+                retry = False  # its body is spent
             out_of_time = deadline is not None and time.monotonic() + delay > deadline
             if not retry or attempt >= self.retry.max_attempts or out_of_time:
                 if last is not None and status is not None:
@@ -400,14 +450,17 @@ class Client:
         url = self.base_url + r.path
         if r.query:
             url += "?" + urllib.parse.urlencode(r.query)
-        data = r.ndjson if r.ndjson is not None else json.dumps(r.body).encode() if r.has_body else None
+        data: bytes | Iterable[bytes] | None = r.ndjson if r.ndjson is not None else \
+            json.dumps(r.body).encode() if r.has_body else None
+        if r.ndjson_stream is not None:
+            data = r.ndjson_stream  # an iterable without a length: urllib sends it chunked
         req = urllib.request.Request(url, data=data, method=r.method)
         for k, v in r.headers.items():
             req.add_header(k, v)
         req.add_header("Authorization", f"Bearer {self._api_key}")
         req.add_header("Accept", "application/json")
         req.add_header("User-Agent", self._user_agent)
-        if r.ndjson is not None:
+        if r.ndjson is not None or r.ndjson_stream is not None:
             req.add_header("Content-Type", "application/x-ndjson")
         elif data is not None:
             req.add_header("Content-Type", "application/json")
@@ -422,6 +475,21 @@ class Client:
         except urllib.error.HTTPError as e:
             with e:
                 return e.code, dict(e.headers.items()), e.read()
+
+
+def _ndjson_chunks(events: Iterable[NewEvent | Mapping[str, Any]],
+                   cancel: threading.Event | None) -> Iterator[bytes]:
+    """The NDJSON lines of events in chunks of about 64 KiB: one event at a time is read, one chunk held."""
+    buf = bytearray()
+    for e in events:
+        if cancel is not None and cancel.is_set():
+            raise WebhookdCancelledError("webhookd: POST /v1/events/bulk: cancelled", None)
+        buf += json.dumps(e.to_json() if isinstance(e, NewEvent) else e, separators=(",", ":")).encode() + b"\n"
+        if len(buf) >= 64 << 10:
+            yield bytes(buf)
+            buf.clear()
+    if buf:
+        yield bytes(buf)
 
 
 def _is_connect_error(e: BaseException | None) -> bool:

@@ -12,7 +12,8 @@ $n = is_file($log) ? count(file($log)) + 1 : 1;
 $method = $_SERVER['REQUEST_METHOD'];
 $uri = $_SERVER['REQUEST_URI'];
 file_put_contents($log, json_encode(['method' => $method, 'uri' => $uri,
-    'key' => $_SERVER['HTTP_IDEMPOTENCY_KEY'] ?? null, 'body' => file_get_contents('php://input')]) . "\n", FILE_APPEND);
+    'key' => $_SERVER['HTTP_IDEMPOTENCY_KEY'] ?? null, 'te' => $_SERVER['HTTP_TRANSFER_ENCODING'] ?? null,
+    'length' => $_SERVER['CONTENT_LENGTH'] ?? null, 'body' => file_get_contents('php://input')]) . "\n", FILE_APPEND);
 foreach ($rules as $r) {
     if ((isset($r['n']) && $r['n'] !== $n) || (isset($r['method']) && $r['method'] !== $method)
         || (isset($r['path']) && !str_starts_with($uri, $r['path']))
