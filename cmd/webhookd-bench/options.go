@@ -50,6 +50,7 @@ type Options struct {
 	RedisDownEvents    int // -redis-down-events; 5000
 
 	OneSlowEvents  int           // -one-slow-events; 20000
+	OneSlowSingles int           // -one-slow-singles; 2000 single POSTs (one-slow-single)
 	FIFOEvents     int           // -fifo-events; 1000
 	CapacityEvents int           // -capacity-events; 12000 (capacity and capacity-latency)
 	KillInFlight   int           // -kill-in-flight; 450 requests at the receiver before the kill
@@ -73,7 +74,7 @@ const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=
 
 // scenarioNames lists every scenario in the order they run.
 var scenarioNames = []string{"burst", "slow", "noisy", "steady", "scheduled", "ingest", "ingest-batch", "ingest-redis-down",
-	"one-slow", "capacity", "capacity-latency", "kill", "flush", "many-endpoints", "fifo", "circuit-rest"}
+	"one-slow", "one-slow-single", "capacity", "capacity-latency", "kill", "flush", "many-endpoints", "fifo", "circuit-rest"}
 
 // bind registers every option on fs with its default.
 func (o *Options) bind(fs *flag.FlagSet) {
@@ -108,6 +109,7 @@ func (o *Options) bind(fs *flag.FlagSet) {
 	fs.IntVar(&o.IngestBatchClients, "ingest-batch-clients", 4, "ingest-batch: concurrent clients")
 	fs.IntVar(&o.RedisDownEvents, "redis-down-events", 5000, "ingest-redis-down: events posted while Redis is down")
 	fs.IntVar(&o.OneSlowEvents, "one-slow-events", 20000, "one-slow: events to the one endpoint answering after 200ms")
+	fs.IntVar(&o.OneSlowSingles, "one-slow-singles", 2000, "one-slow-single: events, one per POST, to the one endpoint answering after 200ms")
 	fs.IntVar(&o.FIFOEvents, "fifo-events", 1000, "fifo: events to the one ordered endpoint answering after 10ms")
 	fs.IntVar(&o.CapacityEvents, "capacity-events", 12000, "capacity and capacity-latency: events to the endpoint of limited capacity")
 	fs.IntVar(&o.KillInFlight, "kill-in-flight", 450,
@@ -158,7 +160,7 @@ func (o *Options) Validate() error {
 		"-steady-rate": o.SteadyRate, "-scheduled-count": o.ScheduledCount,
 		"-ingest-events": o.IngestEvents, "-ingest-clients": o.IngestClients, "-ingest-batch-events": o.IngestBatchEvents,
 		"-ingest-batch-size": o.IngestBatchSize, "-ingest-batch-clients": o.IngestBatchClients,
-		"-redis-down-events": o.RedisDownEvents, "-one-slow-events": o.OneSlowEvents, "-fifo-events": o.FIFOEvents, "-capacity-events": o.CapacityEvents,
+		"-redis-down-events": o.RedisDownEvents, "-one-slow-events": o.OneSlowEvents, "-one-slow-singles": o.OneSlowSingles, "-fifo-events": o.FIFOEvents, "-capacity-events": o.CapacityEvents,
 		"-kill-in-flight": o.KillInFlight, "-kill-rate": o.KillRate, "-flush-rate": o.FlushRate,
 		"-many-endpoints": o.ManyEndpoints, "-rest-endpoints": o.RestEndpoints, "-rest-deliveries": o.RestDeliveries}
 	for name, v := range positive {

@@ -30,6 +30,7 @@ var scenarios = map[string]scenario{
 	"ingest-batch":      ingestBatchScenario,
 	"ingest-redis-down": ingestRedisDownScenario,
 	"one-slow":          oneSlowScenario,
+	"one-slow-single":   oneSlowSingleScenario,
 	"capacity":          capacityScenario,
 	"capacity-latency":  capacityLatencyScenario,
 	"kill":              killScenario,

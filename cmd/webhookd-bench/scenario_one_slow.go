@@ -55,3 +55,54 @@ func runOneSlow(ctx context.Context, o *Options, seq int) (result, error) {
 		figure{Name: "posting (first POST → last 202)", Unit: seconds, Value: st.LastAccepted.Sub(st.First).Seconds(), Target: info})
 	return result{Figures: append(figs, common...), Notes: []string{"in flight at the endpoint, " + inFlightTable(secs)}}, nil
 }
+
+// oneSlowSingleScenario: the same endpoint, events one per POST from the
+// ingest clients, as a peer's comparison posts them (issue 38: "2,000
+// single POSTs to ONE endpoint answering in 200 ms"): how soon the
+// adaptive limit finds the room a healthy endpoint has, seen as latency.
+var oneSlowSingleScenario = scenario{
+	Name: "one-slow-single",
+	Title: func(o *Options) string {
+		return fmt.Sprintf("one endpoint on type bench.one-slow answering after %s, created without max_in_flight; "+
+			"%s events, one per POST with an Idempotency-Key, from %d clients as fast as the API answers; latency "+
+			"from each 202 to its receipt, throughput from the first POST to the last receipt", slowDelay,
+			thousands(float64(o.OneSlowSingles)), o.IngestClients)
+	},
+	Run: runOneSlowSingle,
+}
+
+func runOneSlowSingle(ctx context.Context, o *Options, seq int) (result, error) {
+	s, err := startStack(ctx, o, seq)
+	if err != nil {
+		return result{}, err
+	}
+	defer s.Close()
+	const name = "one-slow"
+	if _, err := s.createEndpoints(ctx, []endpoint{{name: name, behaviour: slow, eventType: "bench.one-slow"}}); err != nil {
+		return result{}, err
+	}
+	p := poster{api: s.api, ledger: &ledger{}, targets: []string{name},
+		make: func(i int) eventIn { return eventIn{Type: "bench.one-slow", Data: map[string]int{"n": i}} }}
+	sampler := sampleInFlight(s.recv, name)
+	_, took, err := postSingles(ctx, p, o.OneSlowSingles, o.IngestClients)
+	if err != nil {
+		sampler.Stop()
+		return result{}, err
+	}
+	err = waitDelivered(ctx, s.recv, p.targets, p.ledger.Expected(), o.StallTimeout, o.MaxWait)
+	secs := sampler.Stop()
+	if err != nil {
+		return result{}, err
+	}
+	st := p.ledger.Stats(s.recv)
+	common, err := s.common(st, none())
+	if err != nil {
+		return result{}, err
+	}
+	figs := throughputFigures(st, info)
+	figs[1].Target, figs[2].Target = below(250, milliseconds), below(500, milliseconds) // issue 38
+	figs = append(figs,
+		figure{Name: "request p99", Unit: milliseconds, Value: percentile(took, 0.99), Target: info},
+		figure{Name: "requests in flight at once (max)", Unit: count, Value: float64(s.recv.MaxInFlight(name)), Target: info})
+	return result{Figures: append(figs, common...), Notes: []string{"in flight at the endpoint, " + inFlightTable(secs)}}, nil
+}
