@@ -15,8 +15,7 @@ import (
 )
 
 // statuses are the delivery states the status filter offers.
-var statuses = []string{webhookd.DeliveryPending, webhookd.DeliveryRetrying, webhookd.DeliverySucceeded,
-	webhookd.DeliveryDeadLetter}
+var statuses = webhookd.DeliveryStatuses
 
 // filter is the deliveries page's filter as it stands in the URL query, so
 // a view can be shared and bookmarked.
@@ -200,8 +199,7 @@ func prettyJSON(raw json.RawMessage) string {
 }
 
 // reasons are the dead-letter reasons the reason filter offers.
-var reasons = []string{webhookd.ReasonExhausted, webhookd.ReasonClientError, webhookd.ReasonRedirect,
-	webhookd.ReasonEndpointDisabled}
+var reasons = webhookd.DeadLetterReasons
 
 // deadLetterFilter is the dead letters page's filter, in the URL query.
 type deadLetterFilter struct {
