@@ -165,6 +165,21 @@ type Event struct {
 	Deliveries []DeliveryRef
 }
 
+// Body is the JSON body of the event's deliveries as webhookd makes it,
+// {"id","type","timestamp","data"}: what is signed and sent, unless its
+// endpoint's transformation makes another of it.
+func (e Event) Body() ([]byte, error) {
+	return json.Marshal(struct {
+		ID        string          `json:"id"`
+		Type      string          `json:"type"`
+		Timestamp string          `json:"timestamp"`
+		Data      json.RawMessage `json:"data"`
+	}{e.ID, e.Type, e.CreatedAt.UTC().Format(time.RFC3339Nano), e.Data})
+}
+
+// UserAgent is the User-Agent deliveries are sent with.
+func UserAgent() string { return "webhookd/" + Version }
+
 // DeliveryRef is the short form of a delivery listed with its event.
 type DeliveryRef struct {
 	ID         string

@@ -12,6 +12,7 @@ import (
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/internal/tracing"
 	"github.com/webhookd/webhookd/storage"
+	"github.com/webhookd/webhookd/transform"
 	"github.com/webhookd/webhookd/wire"
 )
 
@@ -44,8 +45,9 @@ type Deliverer struct {
 	worker         string    // this process's id: its heartbeat's, and its leases'
 	alive          *liveness // when its heartbeat last landed; nil: not known
 	circuit        storage.CircuitConfig
-	tracer         *tracing.Tracer // nil: tracing off
-	relays         Relays          // nil: no relay has a listener
+	tracer         *tracing.Tracer   // nil: tracing off
+	relays         Relays            // nil: no relay has a listener
+	transforms     *transform.Engine // runs endpoints' transformations
 }
 
 // Relays tells whether a relay endpoint (relay://NAME of a project) has a
@@ -239,6 +241,10 @@ func (d *Deliverer) attempt(ctx context.Context, r Request) (Result, error) {
 		}
 		slot = endpointSlot{gate: d.gate, ep: del.EndpointID}
 	}
+	tr, res, err, goOn := d.transformed(ctx, r, &l, &slot)
+	if !goOn {
+		return res, err
+	}
 	if probe {
 		if res, err, goOn := d.takeProbe(ctx, r, &l, &slot, now); !goOn {
 			return res, err
@@ -258,7 +264,7 @@ func (d *Deliverer) attempt(ctx context.Context, r Request) (Result, error) {
 		slot.release()
 		return d.holdLeased(ctx, r, &l, now, webhookd.WaitingEndpointBusy)
 	}
-	return d.send(ctx, r, &l, &slot, probe)
+	return d.send(ctx, r, &l, &slot, probe, tr)
 }
 
 // leaseInDoubt tells whether this worker's heartbeats stopped landing long
@@ -272,10 +278,10 @@ func (d *Deliverer) leaseInDoubt() bool {
 	return ok && ago > storage.WorkerStale-3*heartbeatInterval/2
 }
 
-// send makes the request of a claimed delivery whose endpoint had room,
-// records it with the delivery's next state, and counts it for the
-// endpoint's breaker.
-func (d *Deliverer) send(ctx context.Context, r Request, l *storage.Lease, slot *endpointSlot, probe bool) (Result, error) {
+// send makes the request of a claimed delivery whose endpoint had room —
+// as its endpoint's transformation made it, with tr — records it with the
+// delivery's next state, and counts it for the endpoint's breaker.
+func (d *Deliverer) send(ctx context.Context, r Request, l *storage.Lease, slot *endpointSlot, probe bool, tr *transform.Result) (Result, error) {
 	auto, del := r.kind() == KindAuto, l.Delivery
 	trigger := l.Trigger
 	if !auto {
@@ -286,7 +292,7 @@ func (d *Deliverer) send(ctx context.Context, r Request, l *storage.Lease, slot 
 	spanCtx, span := d.startAttempt(ctx, l, trigger)
 	sendCtx, cancel := context.WithTimeout(context.WithoutCancel(spanCtx), d.attemptTimeout)
 	slot.start = time.Now()
-	a, resp := d.request(sendCtx, l, trigger)
+	a, resp := d.request(sendCtx, l, trigger, tr)
 	cancel()
 	a.TraceID, _ = tracing.IDs(spanCtx)
 	if l.SecretErr == nil { // unsent: it says nothing of the endpoint
@@ -541,8 +547,10 @@ func (d *Deliverer) allowed(ctx context.Context, ep string, perSecond int) (time
 	return d.clock.Now().Add(max(res.RetryAfter, 100*time.Millisecond)), false
 }
 
-// request signs and sends one request and describes it as an attempt.
-func (d *Deliverer) request(ctx context.Context, l *storage.Lease, trigger string) (webhookd.Attempt, wire.Response) {
+// request signs and sends one request and describes it as an attempt:
+// the event's body, or tr's (its endpoint's transformation's: the body
+// signed and sent, its URL and added headers).
+func (d *Deliverer) request(ctx context.Context, l *storage.Lease, trigger string, tr *transform.Result) (webhookd.Attempt, wire.Response) {
 	ep := l.Endpoint
 	a := webhookd.Attempt{DeliveryID: l.Delivery.ID, Number: l.Delivery.AttemptsCount + 1, RequestID: l.Token,
 		URL: ep.URL, Trigger: trigger, StartedAt: d.clock.Now()}
@@ -558,7 +566,12 @@ func (d *Deliverer) request(ctx context.Context, l *storage.Lease, trigger strin
 	if ep.PreviousSecret != nil && ep.PreviousExpiresAt != nil && ep.PreviousExpiresAt.After(a.StartedAt) {
 		secrets = append(secrets, *ep.PreviousSecret)
 	}
-	return d.sender.Send(webhookd.WithProject(ctx, ep.ProjectID), l.Event, secrets, a) // a relay is named within its project
+	ctx = webhookd.WithProject(ctx, ep.ProjectID) // a relay is named within its project
+	if tr != nil {
+		a.URL = tr.URL
+		return d.sender.SendBody(ctx, l.Event, tr.Body, tr.Headers, secrets, a)
+	}
+	return d.sender.Send(ctx, l.Event, secrets, a)
 }
 
 // orNil is what p points at, or nil, for a log line.

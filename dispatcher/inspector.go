@@ -61,7 +61,7 @@ func (in *Inspector) Send(ctx context.Context, deliveryID, url string, rt http.R
 		Client: &http.Client{Transport: rt, Timeout: inspectorTimeout,
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}}
 	sendCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), inspectorTimeout)
-	a, _ := sender.request(sendCtx, &l, webhookd.TriggerInspector)
+	a, _ := sender.request(sendCtx, &l, webhookd.TriggerInspector, nil)
 	cancel()
 	if err := in.db.RecordInspectorAttempt(context.WithoutCancel(ctx), a); err != nil {
 		return a, fmt.Errorf("inspector: %w", err)

@@ -28,6 +28,8 @@ import (
 
 	"github.com/dlclark/regexp2"
 	"github.com/dop251/goja"
+
+	"github.com/webhookd/webhookd"
 )
 
 // DefaultBudget is how long one run may take (WEBHOOKD_TRANSFORM_TIMEOUT).
@@ -45,6 +47,19 @@ type Webhook struct {
 	URL     string
 	Headers map[string]string
 	Payload json.RawMessage // the body, JSON
+}
+
+// WebhookOf is the request ev is sent to an endpoint at url as, before
+// the endpoint's transformation: what the transformation is given. Its
+// headers are webhookd's own that a script may read and change (the
+// signature is made after it, over the body it returns).
+func WebhookOf(url string, ev webhookd.Event) (Webhook, error) {
+	body, err := ev.Body()
+	if err != nil {
+		return Webhook{}, err
+	}
+	return Webhook{Method: "POST", URL: url, Payload: body, Headers: map[string]string{
+		"user-agent": webhookd.UserAgent(), "x-event-id": ev.ID, "x-event-type": ev.Type}}, nil
 }
 
 // Result is what a transformation made of a Webhook: the request to send,
