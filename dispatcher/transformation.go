@@ -2,7 +2,6 @@ package dispatcher
 
 import (
 	"context"
-	"strings"
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/storage"
@@ -74,10 +73,10 @@ func (d *Deliverer) transformed(ctx context.Context, r Request, l *storage.Lease
 }
 
 // runTransformation runs l's endpoint's transformation on the request its
-// delivery would be sent as, and checks the URL it returns as the API
-// checks an endpoint's (its host is the endpoint's: the engine sees to
-// it; the dial-time guard checks the address it resolves to, as for any
-// request).
+// delivery would be sent as. The URL it returns has the endpoint's host
+// and passes the API's check of an endpoint URL (the engine sees to both);
+// the request then goes through the same client, whose dial-time guard
+// checks the address the host resolves to, as for any delivery.
 func (d *Deliverer) runTransformation(ctx context.Context, l *storage.Lease) (transform.Result, error) {
 	w, err := transform.WebhookOf(l.Endpoint.URL, l.Event)
 	if err != nil {
@@ -85,14 +84,5 @@ func (d *Deliverer) runTransformation(ctx context.Context, l *storage.Lease) (tr
 	}
 	// Keyed by endpoint: the engine keeps one pool of runtimes per key and
 	// replaces it when the key's source changes.
-	out, err := d.transforms.Run(ctx, l.Delivery.EndpointID, *l.Endpoint.Transformation, w)
-	if err != nil || out.Cancel {
-		return out, err
-	}
-	if _, ok := webhookd.RelayName(l.Endpoint.URL); !ok {
-		if _, err := webhookd.ParseEndpointURL(out.URL); err != nil {
-			return transform.Result{}, &transform.Error{Message: "the url it returned: " + strings.TrimPrefix(err.Error(), "url: ")}
-		}
-	}
-	return out, nil
+	return d.transforms.Run(ctx, l.Delivery.EndpointID, *l.Endpoint.Transformation, w)
 }

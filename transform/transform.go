@@ -379,7 +379,11 @@ func (e *Engine) result(l *loaded, w Webhook, out goja.Value) (Result, error) {
 }
 
 // sameHost refuses a URL whose scheme, user or host differs from the
-// endpoint's: a transformation changes the path and query only.
+// endpoint's: a transformation changes the path and query only. An http or
+// https URL must also be one the API would take for an endpoint
+// (webhookd.ParseEndpointURL: no whitespace or control characters, at most
+// 2048 characters); the address its host resolves to is checked when the
+// request dials, as for any delivery.
 func sameHost(was, now string) error {
 	a, err := url.Parse(was)
 	if err != nil {
@@ -391,6 +395,11 @@ func sameHost(was, now string) error {
 	}
 	if a.Scheme != b.Scheme || a.Host != b.Host || a.User.String() != b.User.String() {
 		return fail("url may change only the path and query, not the scheme or host (%q)", truncate(now, 200))
+	}
+	if b.Scheme == "http" || b.Scheme == "https" {
+		if _, err := webhookd.ParseEndpointURL(now); err != nil {
+			return fail("%s", err.Error())
+		}
 	}
 	return nil
 }
