@@ -319,3 +319,10 @@ func successClass(succeeded, dead int) string {
 		return "code-err"
 	}
 }
+
+// transformationExample is the transformation textarea's placeholder: a
+// Slack-shaped message.
+const transformationExample = `function handler(webhook) {
+  webhook.payload = {text: "Order " + webhook.payload.data.id + " paid"};
+  return webhook;
+}`

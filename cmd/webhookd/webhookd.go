@@ -301,7 +301,8 @@ func (m *Main) startDashboard() error {
 	}
 	d, err := dashboard.New(dashboard.Config{DB: m.DB, Enqueuer: m.Queue, AdminToken: m.Config.AdminToken,
 		Inspector: dispatcher.NewInspector(m.DB, nil, m.Logger), Logger: m.Logger,
-		PortalFrameAncestors: m.Config.portalFrameAncestors(), AllowPrivateNetworks: m.Config.AllowPrivateNetworks})
+		PortalFrameAncestors: m.Config.portalFrameAncestors(), AllowPrivateNetworks: m.Config.AllowPrivateNetworks,
+		TransformTimeout: m.Config.TransformTimeout})
 	if err != nil {
 		return err
 	}
