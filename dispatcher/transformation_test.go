@@ -186,3 +186,32 @@ func TestTransformationRunawayStopped(t *testing.T) {
 		t.Fatalf("%d events took %v", events, took)
 	}
 }
+
+// TestTransformationFixedThenRedelivered: a delivery dead-lettered by a
+// failing script goes through, transformed, when redelivered by hand once
+// the script is fixed; the dead letter is marked replayed.
+func TestTransformationFixedThenRedelivered(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	rc := newReceiver(t, status(200))
+	ep := e.transformedEndpoint(rc.URL, `function handler(w) { return w.payload.data.missing.field }`, "")
+	id := e.publishData("order.paid", `{"id":"o_9"}`)[0][0].ID
+	e.waitStatus(id, webhookd.DeliveryDeadLetter, 10*time.Second)
+	fixed := `function handler(w) { w.payload = {ref: w.payload.data.id}; return w }`
+	fix := &fixed
+	if _, err := e.db.Store().UpdateEndpoint(context.Background(), e.project.ID, ep.ID,
+		storage.EndpointPatch{Transformation: &fix}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	e.redeliver(id, "tester")
+	d := e.waitStatus(id, webhookd.DeliverySucceeded, 10*time.Second)
+	if got := rc.requests(); len(got) != 1 || string(got[0].body) != `{"ref":"o_9"}` {
+		t.Fatalf("receiver got %d requests", len(got))
+	}
+	if len(d.Attempts) != 2 || d.Attempts[0].StatusCode != nil || d.Attempts[1].StatusCode == nil {
+		t.Fatalf("attempts %+v: want the failed script's, then the request's", d.Attempts)
+	}
+	if n := e.count(`SELECT count(*) FROM dead_letters WHERE delivery_id = $1 AND replayed_by = 'tester'`, id); n != 1 {
+		t.Fatal("the dead letter is not marked replayed")
+	}
+}
