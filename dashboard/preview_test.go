@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/webhookd/webhookd/storage"
+	"github.com/webhookd/webhookd/transform"
 )
 
 const slackScript = `function handler(w) { w.payload = {text: "n is " + w.payload.data.n}; w.headers["x-partner"] = "p1"; return w }`
@@ -133,5 +134,22 @@ func TestPortalPreview(t *testing.T) {
 		"transformation": {slackScript}, "preview_type": {"order.paid"}}, nil)
 	if resp.StatusCode != http.StatusOK || !strings.Contains(parseHTML(t, body).Find("#preview-body").Text(), "n is 41") {
 		t.Fatalf("portal preview: %d\n%s", resp.StatusCode, parseHTML(t, body).Find("#preview-result").Text())
+	}
+}
+
+// TestTransformationExamplesRun: the form's examples are scripts the
+// engine takes and that make what they say.
+func TestTransformationExamplesRun(t *testing.T) {
+	e := transform.NewEngine(transform.Config{Budget: time.Second})
+	w := transform.Webhook{Method: "POST", URL: "https://partner.example.com/hooks", Headers: map[string]string{},
+		Payload: []byte(`{"id":"evt_1","type":"order.paid","timestamp":"2026-01-01T00:00:00Z","data":{"id":"o_1","total":12.5,"currency":"EUR"}}`)}
+	for src, want := range map[string]string{
+		transformationExample:        `{"text":"Order o_1 paid: 12.5 EUR"}`,
+		transformationPartnerExample: `{"orderRef":"o_1","amountCents":1250,"occurredAt":"2026-01-01T00:00:00Z"}`,
+	} {
+		res, err := e.Run(context.Background(), "example", src, w)
+		if err != nil || string(res.Body) != want {
+			t.Errorf("%s\n: %s, %v; want %s", src, res.Body, err, want)
+		}
 	}
 }

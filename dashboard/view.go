@@ -320,9 +320,21 @@ func successClass(succeeded, dead int) string {
 	}
 }
 
-// transformationExample is the transformation textarea's placeholder: a
-// Slack-shaped message.
+// transformationExample is the transformation textarea's placeholder and
+// first example: a Slack-shaped message.
 const transformationExample = `function handler(webhook) {
-  webhook.payload = {text: "Order " + webhook.payload.data.id + " paid"};
+  var order = webhook.payload.data;
+  webhook.payload = {text: "Order " + order.id + " paid: " + order.total + " " + order.currency};
+  return webhook;
+}`
+
+// transformationPartnerExample is the second example: a partner's field
+// names, a header, a path, and a cancel.
+const transformationPartnerExample = `function handler(webhook) {
+  var d = webhook.payload.data;
+  if (d.test) return {cancel: true};
+  webhook.payload = {orderRef: d.id, amountCents: Math.round(d.total * 100), occurredAt: webhook.payload.timestamp};
+  webhook.headers["x-partner-key"] = "pk_live_123";
+  webhook.url = webhook.url.replace(/\/hooks$/, "/v2/orders");
   return webhook;
 }`
