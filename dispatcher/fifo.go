@@ -18,10 +18,10 @@ import (
 //     PostgreSQL, its task asleep far off (waitTurn), costing nothing
 //     however long the queue;
 //   - the attempt that ends the head (a success, a cancel by its
-//     transformation, a dead letter of any
-//     kind) reads the new head from PostgreSQL and attempts it itself, and
-//     so on down the queue (passTurn); where it stops, the head's task is
-//     scheduled for its time, or run now (Queue.Wake);
+//     endpoint's transformation, a dead letter of any kind) reads the new
+//     head from PostgreSQL and attempts it itself, and so on down the
+//     queue (passTurn); where it stops, the head's task is scheduled for
+//     its time, or run now (Queue.Wake);
 //   - should that step be lost (the worker killed between the record and
 //     the wake, Redis flushed), the reconciler finds every queue's head
 //     that is due and not leased, and wakes it the same way.
