@@ -149,7 +149,9 @@ func (r Request) mode() storage.ClaimMode { return claimModes[r.kind()] }
 // One that finds no room is held back without spending an attempt: a task
 // in the holder, a manual one with its redelivery request still recorded;
 // a replay, which waits in its job's goroutine and not in a worker slot,
-// waits for room in the gate.
+// waits for room in the gate. An endpoint's transformation runs once the
+// attempt has its slot, before the circuit's probe is taken and anything
+// is signed (transformed): a cancel or a failure ends the attempt there.
 func (d *Deliverer) Attempt(ctx context.Context, r Request) (Result, error) {
 	res, err := d.attempt(ctx, r)
 	if res.turn != "" {

@@ -213,7 +213,7 @@ func (db *DB) FIFOHeads(ctx context.Context, now time.Time) ([]webhookd.Schedule
 }
 
 // Transition is the state a delivery moves to after an attempt (or without
-// one, when its endpoint is disabled).
+// one, when its endpoint is disabled or its transformation canceled it).
 type Transition struct {
 	Status           string     // the new delivery status
 	NextAttemptAt    *time.Time // for pending and retrying
