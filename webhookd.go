@@ -130,7 +130,8 @@ type Project struct {
 // one: the ceiling of its adaptive concurrency limit in each worker.
 const DefaultMaxInFlight = 1000
 
-// Endpoint is a subscriber's URL with its filter and signing secrets.
+// Endpoint is a subscriber's URL with its filter, transformation and
+// signing secrets.
 type Endpoint struct {
 	ID                 string
 	ProjectID          string
