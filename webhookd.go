@@ -21,7 +21,13 @@ const (
 	DeliveryRetrying   = "retrying"    // failed at least once, another attempt scheduled
 	DeliverySucceeded  = "succeeded"   // a 2xx arrived; no more attempts
 	DeliveryDeadLetter = "dead_letter" // parked in the dead-letter table
+	// DeliveryCanceled: its endpoint's transformation returned cancel: true;
+	// no attempt was made, and none will be (done, like succeeded).
+	DeliveryCanceled = "canceled"
 )
+
+// DeliveryStatuses are every delivery status, in the order documents list them.
+var DeliveryStatuses = []string{DeliveryPending, DeliveryRetrying, DeliverySucceeded, DeliveryDeadLetter, DeliveryCanceled}
 
 // Waiting reasons: why a delivery that is not done waits until its
 // NextAttemptAt (Delivery.WaitingReason, SPEC §1 "One schedule").
@@ -79,7 +85,14 @@ const (
 	ReasonClientError      = "client_error"
 	ReasonRedirect         = "redirect"
 	ReasonEndpointDisabled = "endpoint_disabled"
+	// ReasonTransformationFailed: the endpoint's transformation threw or
+	// ran past its budget; the attempt's error says how.
+	ReasonTransformationFailed = "transformation_failed"
 )
+
+// DeadLetterReasons are every dead-letter reason, in the order documents list them.
+var DeadLetterReasons = []string{ReasonExhausted, ReasonClientError, ReasonRedirect, ReasonEndpointDisabled,
+	ReasonTransformationFailed}
 
 // Attempt triggers (SPEC §3).
 const (
@@ -117,7 +130,8 @@ type Project struct {
 // one: the ceiling of its adaptive concurrency limit in each worker.
 const DefaultMaxInFlight = 1000
 
-// Endpoint is a subscriber's URL with its filter and signing secrets.
+// Endpoint is a subscriber's URL with its filter, transformation and
+// signing secrets.
 type Endpoint struct {
 	ID                 string
 	ProjectID          string
@@ -130,6 +144,7 @@ type Endpoint struct {
 	MaxInFlight        *int            // the ceiling of its adaptive limit per worker process; DefaultMaxInFlight unless set
 	Ordering           string          // OrderingNone or OrderingFIFO
 	Filter             json.RawMessage // a JSON object of conditions (package filter); nil: every event of its types
+	Transformation     *string         // JavaScript defining function handler(webhook) (package transform); nil: none
 	Circuit            string          // CircuitClosed, CircuitOpen or CircuitProbing
 	ProbeAt            *time.Time      // while not closed: when the next probe may go
 	Secret             string          // whsec_ + base64
@@ -150,6 +165,21 @@ type Event struct {
 	CreatedAt  time.Time
 	Deliveries []DeliveryRef
 }
+
+// Body is the JSON body of the event's deliveries as webhookd makes it,
+// {"id","type","timestamp","data"}: what is signed and sent, unless its
+// endpoint's transformation makes another of it.
+func (e Event) Body() ([]byte, error) {
+	return json.Marshal(struct {
+		ID        string          `json:"id"`
+		Type      string          `json:"type"`
+		Timestamp string          `json:"timestamp"`
+		Data      json.RawMessage `json:"data"`
+	}{e.ID, e.Type, e.CreatedAt.UTC().Format(time.RFC3339Nano), e.Data})
+}
+
+// UserAgent is the User-Agent deliveries are sent with.
+func UserAgent() string { return "webhookd/" + Version }
 
 // DeliveryRef is the short form of a delivery listed with its event.
 type DeliveryRef struct {

@@ -14,8 +14,7 @@ import (
 )
 
 // deliveryStatuses are the values ?status= accepts.
-var deliveryStatuses = []string{webhookd.DeliveryPending, webhookd.DeliveryRetrying, webhookd.DeliverySucceeded,
-	webhookd.DeliveryDeadLetter}
+var deliveryStatuses = webhookd.DeliveryStatuses
 
 // testEventData is the data of a test event when the request names none.
 var testEventData = json.RawMessage(`{"message":"This is a test event from webhookd"}`)

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
@@ -15,6 +16,7 @@ import (
 	"github.com/webhookd/webhookd/filter"
 	"github.com/webhookd/webhookd/internal/netguard"
 	"github.com/webhookd/webhookd/storage"
+	"github.com/webhookd/webhookd/transform"
 )
 
 // Endpoint input limits.
@@ -34,6 +36,7 @@ type endpointInput struct {
 	MaxInFlight        *int
 	Ordering           string
 	Filter             json.RawMessage // compacted once checked; "null": none
+	Transformation     *string         // nil: none
 	Status             string
 	ReplayDeadLetters  bool // PATCH only
 }
@@ -41,7 +44,7 @@ type endpointInput struct {
 func (in *endpointInput) fields() map[string]any {
 	return map[string]any{"url": &in.URL, "description": &in.Description, "event_types": &in.EventTypes,
 		"rate_limit_per_second": &in.RateLimitPerSecond, "max_in_flight": &in.MaxInFlight,
-		"ordering": &in.Ordering, "filter": &in.Filter, "status": &in.Status, "replay_dead_letters": &in.ReplayDeadLetters}
+		"ordering": &in.Ordering, "filter": &in.Filter, "transformation": &in.Transformation, "status": &in.Status, "replay_dead_letters": &in.ReplayDeadLetters}
 }
 
 // createEndpoint serves POST /v1/endpoints.
@@ -66,7 +69,7 @@ func (s *Server) createEndpoint(c *call) (int, any, error) {
 	}
 	e, err := c.store.CreateEndpoint(c.ctx, c.project.ID, storage.NewEndpoint{URL: in.URL, Description: in.Description,
 		EventTypes: in.EventTypes, RateLimitPerSecond: in.RateLimitPerSecond, MaxInFlight: in.MaxInFlight,
-		Ordering: in.Ordering, Filter: in.Filter, Secret: secret}, s.clock.Now())
+		Ordering: in.Ordering, Filter: in.Filter, Transformation: in.Transformation, Secret: secret}, s.clock.Now())
 	if err != nil {
 		return 0, nil, err
 	}
@@ -116,7 +119,35 @@ func (s *Server) validateEndpoint(in *endpointInput, present map[string]bool) er
 		}
 		in.Filter = f
 	}
+	if present["transformation"] && in.Transformation != nil {
+		if err := s.checkTransformation(*in.Transformation); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// checkTransformation checks an endpoint's transformation (package
+// transform): JavaScript that defines function handler(webhook), loaded
+// within its budget. Its error is the script's, under the field
+// transformation.
+func (s *Server) checkTransformation(src string) error {
+	if strings.TrimSpace(src) == "" {
+		return webhookd.Invalid("transformation", "must be JavaScript that defines function handler(webhook), or null for none")
+	}
+	if err := s.transforms.Check(src); err != nil {
+		return transformationInvalid(err)
+	}
+	return nil
+}
+
+// transformationInvalid is a transformation's error as validation_failed.
+func transformationInvalid(err error) error {
+	var te *transform.Error
+	if errors.As(err, &te) {
+		return webhookd.Invalid("transformation", "%s", te.Message)
+	}
+	return err
 }
 
 // checkFilter checks an endpoint's filter (package filter) and returns it
@@ -233,6 +264,9 @@ func (s *Server) patchEndpoint(c *call) (int, any, error) {
 	}
 	if present["filter"] {
 		p.Filter = &in.Filter
+	}
+	if present["transformation"] {
+		p.Transformation = &in.Transformation
 	}
 	if present["status"] {
 		p.Status = &in.Status
@@ -362,4 +396,83 @@ func (s *Server) testFilter(c *call) (int, any, error) {
 		return 0, nil, err // stored only once checked
 	}
 	return http.StatusOK, map[string]bool{"match": f.Match(typ, data)}, nil
+}
+
+// transformationTestJSON is what POST /v1/endpoints/{id}/transformation/test
+// answers: the request that would be sent, or send false (canceled).
+type transformationTestJSON struct {
+	Send    bool              `json:"send"`
+	URL     *string           `json:"url"`
+	Headers map[string]string `json:"headers"`
+	Body    *string           `json:"body"`
+}
+
+// testTransformation serves POST /v1/endpoints/{id}/transformation/test:
+// the request the endpoint's transformation makes of an event, a past one
+// ({"event_id"}) or one given ({"type","data"}), without sending anything.
+// {"transformation"} beside them tries one before it is saved (null: none).
+// An endpoint without one shows the request as webhookd makes it. A script
+// that fails is 400 validation_failed with its error.
+func (s *Server) testTransformation(c *call) (int, any, error) {
+	var (
+		eventID, typ string
+		data         json.RawMessage
+		src          *string
+	)
+	present, err := decodeObject(c.body, "", map[string]any{"event_id": &eventID, "type": &typ, "data": &data,
+		"transformation": &src})
+	if err != nil {
+		return 0, nil, err
+	}
+	ep, err := c.store.GetEndpoint(c.ctx, c.project.ID, c.r.PathValue("id"))
+	if err != nil {
+		return 0, nil, err
+	}
+	if present["transformation"] {
+		ep.Transformation = src
+	}
+	ev := webhookd.Event{ID: "evt_preview", ProjectID: c.project.ID, Type: typ, Data: data, CreatedAt: s.clock.Now()}
+	switch {
+	case present["event_id"] && (present["type"] || present["data"]):
+		return 0, nil, webhookd.Invalid("event_id", "give an event_id, or a type and data, not both")
+	case present["event_id"]:
+		if ev, err = c.store.GetEvent(c.ctx, c.project.ID, eventID); err != nil {
+			return 0, nil, err
+		}
+	case !present["type"]:
+		return 0, nil, webhookd.Invalid("type", "is required (or an event_id)")
+	case !eventTypePattern.MatchString(typ):
+		return 0, nil, webhookd.Invalid("type", "must be 1 to 128 characters of A-Z a-z 0-9 . _ : -")
+	case len(ev.Data) == 0:
+		ev.Data = json.RawMessage("null")
+	}
+	out, err := s.previewTransformation(c.ctx, ep, ev)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, out, nil
+}
+
+// previewTransformation runs ep's transformation on ev as a delivery
+// would, keyed apart from the workers' runs.
+func (s *Server) previewTransformation(ctx context.Context, ep webhookd.Endpoint, ev webhookd.Event) (transformationTestJSON, error) {
+	w, err := transform.WebhookOf(ep.URL, ev)
+	if err != nil {
+		return transformationTestJSON{}, err
+	}
+	res := transform.Result{URL: w.URL, Headers: w.Headers, Body: w.Payload}
+	if ep.Transformation != nil {
+		if strings.TrimSpace(*ep.Transformation) == "" {
+			return transformationTestJSON{}, webhookd.Invalid("transformation", "must be JavaScript that defines function handler(webhook), or null for none")
+		}
+		if res, err = s.transforms.Run(ctx, "preview:"+ep.ID, *ep.Transformation, w); err != nil {
+			return transformationTestJSON{}, transformationInvalid(err)
+		}
+	}
+	if res.Cancel {
+		return transformationTestJSON{Headers: map[string]string{}}, nil
+	}
+	body := string(res.Body)
+	res.Headers["content-type"] = "application/json"
+	return transformationTestJSON{Send: true, URL: &res.URL, Headers: res.Headers, Body: &body}, nil
 }

@@ -81,6 +81,7 @@ type endpointJSON struct {
 	MaxInFlight        *int            `json:"max_in_flight"`
 	Ordering           string          `json:"ordering"`
 	Filter             json.RawMessage `json:"filter"`
+	Transformation     *string         `json:"transformation"`
 	Circuit            string          `json:"circuit"`
 	Version            int             `json:"version"`
 	CreatedAt          string          `json:"created_at"`
@@ -95,7 +96,8 @@ func endpointOut(e webhookd.Endpoint) endpointJSON {
 	return endpointJSON{ID: e.ID, URL: e.URL, Description: e.Description, EventTypes: types, Status: e.Status,
 		DisabledReason: e.DisabledReason, RateLimitPerSecond: e.RateLimitPerSecond, MaxInFlight: e.MaxInFlight, Version: e.Version,
 		Ordering: e.Ordering, Circuit: e.Circuit, Filter: filterOut(e.Filter),
-		CreatedAt: timeString(e.CreatedAt), UpdatedAt: timeString(e.UpdatedAt)}
+		Transformation: e.Transformation,
+		CreatedAt:      timeString(e.CreatedAt), UpdatedAt: timeString(e.UpdatedAt)}
 }
 
 // filterOut is an endpoint's filter as the API shows it: null for none.

@@ -22,6 +22,7 @@ import (
 	"github.com/webhookd/webhookd/internal/tracing"
 	"github.com/webhookd/webhookd/internal/warm"
 	"github.com/webhookd/webhookd/storage"
+	"github.com/webhookd/webhookd/transform"
 )
 
 // Config configures a Server. Zero values take the defaults named in each
@@ -89,6 +90,10 @@ type Config struct {
 	// events keep for their attempts; default nil: no tracing. Log lines
 	// carry the ids when Logger is Tracer.Logger's.
 	Tracer *tracing.Tracer
+	// TransformTimeout is how long an endpoint's transformation may run
+	// when it is checked or tried (WEBHOOKD_TRANSFORM_TIMEOUT); default
+	// transform.DefaultBudget (50ms).
+	TransformTimeout time.Duration
 	// Relay holds the streams of `webhookd listen` (GET
 	// /v1/relays/{name}/stream; package relay's Hub); nil: that route
 	// answers 404 not_found.
@@ -149,6 +154,9 @@ func (c Config) WithDefaults() Config {
 	if c.RequestTimeout == 0 {
 		c.RequestTimeout = 30 * time.Second
 	}
+	if c.TransformTimeout == 0 {
+		c.TransformTimeout = transform.DefaultBudget
+	}
 	return c
 }
 
@@ -171,6 +179,8 @@ func (c Config) Validate() error {
 		return errors.New("api config: IdempotencyWait is negative")
 	case c.RequestTimeout < 0:
 		return errors.New("api config: RequestTimeout is negative")
+	case c.TransformTimeout < 0:
+		return errors.New("api config: TransformTimeout is negative")
 	case c.RateLimitWindow < 0:
 		return errors.New("api config: RateLimitWindow is negative")
 	}
@@ -203,8 +213,10 @@ type Server struct {
 	// eventChecker reads and checks event objects, against the event-type
 	// catalog's schemas among the rest (schemas.go).
 	*eventChecker
-	stop context.CancelFunc // ends the key-revocation watch
-	mux  *http.ServeMux
+	// transforms checks and tries endpoints' transformations.
+	transforms *transform.Engine
+	stop       context.CancelFunc // ends the key-revocation watch
+	mux        *http.ServeMux
 	// streams are the routes that take their connection over (relay
 	// streams) or read their body as a stream (bulk jobs): served with
 	// auth and the rate limit, outside the request bound and the buffered
@@ -224,6 +236,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, db: cfg.DB, log: cfg.Logger, clock: cfg.Clock, mux: http.NewServeMux(), keys: newKeyCache(),
 		eventChecker: newEventChecker(cfg.DB, cfg.MaxPayloadBytes), warm: warm.New(time.Minute),
+		transforms: transform.NewEngine(transform.Config{Budget: cfg.TransformTimeout}),
 		deferred: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "webhookd_api_enqueue_deferred_total",
 			Help: "New deliveries not handed to Redis after their commit (it could not be reached); the reconciler enqueues them.",
@@ -302,6 +315,7 @@ func (s *Server) routes() {
 	s.handle("POST /v1/endpoints/{id}/rotate-secret", s.idempotent(p, s.rotateSecret))
 	s.handle("POST /v1/endpoints/{id}/test", s.withBody(p, s.testEndpoint))
 	s.handle("POST /v1/endpoints/{id}/filter/test", s.withBody(p, s.testFilter))
+	s.handle("POST /v1/endpoints/{id}/transformation/test", s.withBody(p, s.testTransformation))
 	s.handle("GET /v1/deliveries", s.plain(s.listDeliveries))
 	s.handle("GET /v1/deliveries/{id}", s.plain(s.getDelivery))
 	s.handle("POST /v1/deliveries/{id}/redeliver", s.idempotent(p, s.redeliver))

@@ -112,4 +112,21 @@ func (c *Client) TestEndpoint(ctx context.Context, id string, data any) (*Delive
 	return &out, nil
 }
 
+// TestTransformation shows the request an endpoint's transformation (or
+// t.Transformation, before saving it) makes of an event (POST
+// /v1/endpoints/{id}/transformation/test), without sending anything. A
+// script that fails is an *Error with code validation_failed, field
+// transformation and the script's error.
+func (c *Client) TestTransformation(ctx context.Context, id string, t TransformationTest) (*TransformationResult, error) {
+	r := newRequest(http.MethodPost, endpointPath(id)+"/transformation/test", nil)
+	if err := r.setBody(t); err != nil {
+		return nil, err
+	}
+	var out TransformationResult
+	if err := c.do(ctx, r, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 func endpointPath(id string) string { return "/v1/endpoints/" + url.PathEscape(id) }

@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log"
@@ -59,6 +60,33 @@ func ExampleClient_SendEvents() {
 	// Output:
 	// user.created {"user":"u_1"}
 	// user.created {"user":"u_2"}
+}
+
+// Reshape what an endpoint receives (a Slack incoming webhook wants
+// {"text": ...}) and see the request before any is sent.
+func ExampleClient_TestTransformation() {
+	c, err := client.New(apiURL, apiKey)
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	slack := `function handler(webhook) {
+		var inv = webhook.payload.data;
+		webhook.payload = {text: "Invoice " + inv.invoice + " paid: " + inv.amount / 100};
+		return webhook;
+	}`
+	ep, err := c.CreateEndpoint(ctx, client.NewEndpoint{URL: "https://hooks.slack.example.com/services/T0/B0",
+		EventTypes: []string{"invoice.paid"}, Transformation: &slack})
+	if err != nil {
+		log.Fatal(err)
+	}
+	res, err := c.TestTransformation(ctx, ep.ID, client.TransformationTest{Type: "invoice.paid",
+		Data: json.RawMessage(`{"invoice":"in_1001","amount":4200}`)})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(res.Send, *res.Body)
+	// Output: true {"text":"Invoice in_1001 paid: 42"}
 }
 
 // Create an endpoint and read its signing secret.

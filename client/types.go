@@ -44,6 +44,7 @@ const (
 	StatusRetrying   = "retrying"
 	StatusSucceeded  = "succeeded"
 	StatusDeadLetter = "dead_letter"
+	StatusCanceled   = "canceled" // its endpoint's transformation canceled it: no attempt
 )
 
 // NewEndpoint is an endpoint to create.
@@ -58,6 +59,10 @@ type NewEndpoint struct {
 	// conditions, as {"data.status": "shipped", "data.total": {"$gt": 100}}
 	// (SPEC §3); nil: every event of its types.
 	Filter json.RawMessage `json:"filter,omitempty"`
+	// Transformation reshapes each request: JavaScript that defines
+	// function handler(webhook) and returns the webhook ({method, url,
+	// headers, payload}) changed, or with cancel: true (SPEC §3); nil: none.
+	Transformation *string `json:"transformation,omitempty"`
 }
 
 // Endpoint is a receiver of webhooks.
@@ -70,9 +75,10 @@ type Endpoint struct {
 	DisabledReason     *string         `json:"disabled_reason"` // "manual" or "gone" while disabled
 	RateLimitPerSecond *int            `json:"rate_limit_per_second"`
 	MaxInFlight        *int            `json:"max_in_flight"`
-	Ordering           string          `json:"ordering"` // "none" or "fifo"
-	Filter             json.RawMessage `json:"filter"`   // null: none
-	Circuit            string          `json:"circuit"`  // "closed", "open" or "probing"
+	Ordering           string          `json:"ordering"`       // "none" or "fifo"
+	Filter             json.RawMessage `json:"filter"`         // null: none
+	Transformation     *string         `json:"transformation"` // nil: none
+	Circuit            string          `json:"circuit"`        // "closed", "open" or "probing"
 	Version            int             `json:"version"`
 	CreatedAt          time.Time       `json:"created_at"`
 	UpdatedAt          time.Time       `json:"updated_at"`
@@ -97,7 +103,11 @@ type EndpointPatch struct {
 	// Filter replaces the filter; ClearFilter removes it.
 	Filter      json.RawMessage
 	ClearFilter bool
-	Status      *string // "active" or "disabled"
+	// Transformation replaces the transformation; ClearTransformation
+	// removes it.
+	Transformation      *string
+	ClearTransformation bool
+	Status              *string // "active" or "disabled"
 	// ReplayDeadLetters, with Status "active" on a disabled endpoint, also
 	// replays its dead letters of the outage in one job.
 	ReplayDeadLetters bool
@@ -118,6 +128,7 @@ func (p EndpointPatch) MarshalJSON() ([]byte, error) {
 	set("max_in_flight", p.MaxInFlight, p.MaxInFlight != nil || p.ClearMaxInFlight)
 	set("ordering", p.Ordering, p.Ordering != nil)
 	set("filter", p.Filter, p.Filter != nil || p.ClearFilter)
+	set("transformation", p.Transformation, p.Transformation != nil || p.ClearTransformation)
 	set("status", p.Status, p.Status != nil)
 	set("replay_dead_letters", true, p.ReplayDeadLetters)
 	return json.Marshal(m)
@@ -221,4 +232,44 @@ type DeadLetterFilter struct {
 	Since      time.Time
 	Until      time.Time
 	PageSize   int // listing only: 1–100 per request; default 50
+}
+
+// TransformationTest is an event to try an endpoint's transformation on:
+// a past one (EventID) or one given (Type and Data).
+type TransformationTest struct {
+	EventID string          `json:"event_id,omitempty"`
+	Type    string          `json:"type,omitempty"`
+	Data    json.RawMessage `json:"data,omitempty"`
+	// Transformation, when set, is tried instead of the endpoint's (before
+	// saving it); Untransformed tries none, showing the request as
+	// webhookd makes it.
+	Transformation *string `json:"-"`
+	Untransformed  bool    `json:"-"`
+}
+
+// MarshalJSON sends transformation only when one is tried (null for
+// Untransformed).
+func (t TransformationTest) MarshalJSON() ([]byte, error) {
+	type plain TransformationTest
+	raw, err := json.Marshal(plain(t))
+	if err != nil || (t.Transformation == nil && !t.Untransformed) {
+		return raw, err
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, err
+	}
+	if m["transformation"], err = json.Marshal(t.Transformation); err != nil {
+		return nil, err
+	}
+	return json.Marshal(m)
+}
+
+// TransformationResult is the request a transformation makes of an
+// event: Send false when it cancels the delivery (URL and Body nil).
+type TransformationResult struct {
+	Send    bool              `json:"send"`
+	URL     *string           `json:"url"`
+	Headers map[string]string `json:"headers"` // lower-case; the signature's are made as it is sent
+	Body    *string           `json:"body"`    // the JSON text that would be sent and signed
 }

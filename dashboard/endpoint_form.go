@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/netip"
@@ -17,6 +18,7 @@ import (
 	endpointfilter "github.com/webhookd/webhookd/filter"
 	"github.com/webhookd/webhookd/internal/netguard"
 	"github.com/webhookd/webhookd/storage"
+	"github.com/webhookd/webhookd/transform"
 )
 
 // The forms that add and change endpoints, and the event-type catalog
@@ -43,14 +45,19 @@ type endpointFormView struct {
 	OtherTypes  string   // the rest, comma-separated
 	Ordered     bool     // ordering fifo
 	Filter      string   // its JSON text; "": none
-	Catalog     []storage.EventTypeRow
-	Error       string
+	// Transformation is its JavaScript; "": none.
+	Transformation string
+	Catalog        []storage.EventTypeRow
+	Error          string
 }
 
 type endpointPageView struct {
 	E     webhookd.Endpoint
 	Form  endpointFormView
 	Saved bool
+	// Preview is the pane that tries the form's filter and transformation
+	// on an event.
+	Preview previewView
 	// Lifecycle is the endpoint's latest operational events, newest first.
 	Lifecycle []storage.LifecycleEntry
 	Now       time.Time
@@ -115,7 +122,7 @@ func (s *Server) catalog(ctx context.Context, projectID string) ([]storage.Event
 // ticked, the others listed as text.
 func formOf(e webhookd.Endpoint, catalog []storage.EventTypeRow) endpointFormView {
 	f := endpointFormView{URL: e.URL, Description: e.Description, Catalog: catalog, Ordered: e.Ordering == webhookd.OrderingFIFO,
-		Filter: string(e.Filter)}
+		Filter: string(e.Filter), Transformation: deref(e.Transformation)}
 	var other []string
 	for _, t := range e.EventTypes {
 		if slices.ContainsFunc(catalog, func(c storage.EventTypeRow) bool { return c.Name == t }) {
@@ -132,13 +139,18 @@ func formOf(e webhookd.Endpoint, catalog []storage.EventTypeRow) endpointFormVie
 // API accepts it, the description and event types within the API's limits.
 // A problem is returned as a sentence for the form.
 func (s *Server) readEndpointForm(w http.ResponseWriter, r *http.Request) (endpointFormView, []string, string) {
-	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+	// A transformation may have 64 KiB, encoded twice that and more.
+	r.Body = http.MaxBytesReader(w, r.Body, 256<<10)
 	if err := r.ParseForm(); err != nil {
 		return endpointFormView{}, nil, "The form could not be read."
 	}
 	f := endpointFormView{URL: strings.TrimSpace(r.PostForm.Get("url")), Description: r.PostForm.Get("description"),
 		EventTypes: r.PostForm["event_type"], OtherTypes: r.PostForm.Get("other_types"), Ordered: r.PostForm.Get("ordered") != "",
-		Filter: strings.TrimSpace(r.PostForm.Get("filter"))}
+		Filter:         strings.TrimSpace(r.PostForm.Get("filter")),
+		Transformation: strings.ReplaceAll(r.PostForm.Get("transformation"), "\r\n", "\n")}
+	if strings.TrimSpace(f.Transformation) == "" {
+		f.Transformation = ""
+	}
 	types := slices.Clone(f.EventTypes)
 	for _, t := range strings.Split(f.OtherTypes, ",") {
 		if t = strings.TrimSpace(t); t != "" {
@@ -166,6 +178,11 @@ func (s *Server) readEndpointForm(w http.ResponseWriter, r *http.Request) (endpo
 			return f, nil, "The filter: " + err.Error()
 		}
 	}
+	if f.Transformation != "" {
+		if err := s.transforms.Check(f.Transformation); err != nil {
+			return f, nil, "The transformation: " + transformMessage(err)
+		}
+	}
 	if types == nil {
 		types = []string{}
 	}
@@ -183,6 +200,30 @@ func (f endpointFormView) filterJSON() json.RawMessage {
 		return json.RawMessage(f.Filter)
 	}
 	return b.Bytes()
+}
+
+// transformation is the form's transformation as stored: nil for none.
+func (f endpointFormView) transformation() *string {
+	if f.Transformation == "" {
+		return nil
+	}
+	return &f.Transformation
+}
+
+// transformMessage is a transformation's error as a form shows it.
+func transformMessage(err error) string {
+	var te *transform.Error
+	if errors.As(err, &te) {
+		return te.Message
+	}
+	return err.Error()
+}
+
+func deref(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
 }
 
 // checkEndpointURL applies the API's rules for endpoint URLs (a relay's
@@ -229,7 +270,7 @@ func (s *Server) createEndpoint(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	e, err := s.store.CreateEndpoint(r.Context(), sc.ProjectID, storage.NewEndpoint{URL: f.URL, Description: f.Description,
-		EventTypes: types, Ordering: f.ordering(), Filter: f.filterJSON(), Secret: secret}, s.cfg.Clock.Now())
+		EventTypes: types, Ordering: f.ordering(), Filter: f.filterJSON(), Transformation: f.transformation(), Secret: secret}, s.cfg.Clock.Now())
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -253,8 +294,13 @@ func (s *Server) endpointPage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	preview, err := s.previewChoices(r.Context(), ep)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	s.render(w, r, http.StatusOK, endpointPage(endpointPageView{E: ep, Form: formOf(ep, catalog),
-		Saved: r.URL.Query().Get("saved") == "1", Lifecycle: lifecycle, Now: s.cfg.Clock.Now()}))
+		Saved: r.URL.Query().Get("saved") == "1", Preview: preview, Lifecycle: lifecycle, Now: s.cfg.Clock.Now()}))
 }
 
 // updateEndpoint changes an endpoint's URL, description and event types,
@@ -271,12 +317,18 @@ func (s *Server) updateEndpoint(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, r, err)
 			return
 		}
+		preview, err := s.previewChoices(r.Context(), ep)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
 		f.Catalog, f.Error = catalog, msg
-		s.render(w, r, http.StatusBadRequest, endpointPage(endpointPageView{E: ep, Form: f}))
+		s.render(w, r, http.StatusBadRequest, endpointPage(endpointPageView{E: ep, Form: f, Preview: preview}))
 		return
 	}
 	_, err := s.store.UpdateEndpoint(r.Context(), ep.ProjectID, ep.ID, storage.EndpointPatch{URL: &f.URL,
-		Description: &f.Description, EventTypes: &types, Ordering: ptr(f.ordering()), Filter: ptr(f.filterJSON())}, s.cfg.Clock.Now())
+		Description: &f.Description, EventTypes: &types, Ordering: ptr(f.ordering()), Filter: ptr(f.filterJSON()),
+		Transformation: ptr(f.transformation())}, s.cfg.Clock.Now())
 	if webhookd.ErrorCode(err) == webhookd.CodeNotFound {
 		redirect(w, r, "/endpoints?done="+webhookd.CodeNotFound)
 		return

@@ -212,3 +212,45 @@ func TestSignatureMatchesWhatTheDispatcherSigns(t *testing.T) {
 		}
 	}
 }
+
+// TestSendToInspectorTransformed: an endpoint's transformation applies to
+// what the inspector gets, signed over the transformed body; one that
+// fails is logged as an attempt that sent nothing.
+func TestSendToInspectorTransformed(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, func(c *Config) { c.Inspector = dispatcher.NewInspector(c.DB, nil, nil) })
+	epID, ids := f.seed("acme", 1, "invoice.paid")
+	ctx, s := context.Background(), f.db.Store()
+	d, _ := s.DashboardDelivery(ctx, ids[0])
+	set := func(src string) {
+		t.Helper()
+		p := &src
+		if _, err := s.UpdateEndpoint(ctx, d.ProjectID, epID, storage.EndpointPatch{Transformation: &p}, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set(`function handler(w) { w.payload = {text: "n=" + w.payload.data.n}; w.headers["x-partner"] = "p1"; w.url += "/elsewhere"; return w }`)
+	c := f.client()
+	f.login(c)
+	resp, _ := f.do(c, "POST", "/deliveries/"+ids[0]+"/inspect", url.Values{}, nil)
+	loc := resp.Header.Get("Location")
+	if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(loc, "/inspector/requests/ir_") {
+		t.Fatalf("send to inspector: %d %q", resp.StatusCode, loc)
+	}
+	_, body := f.do(c, "GET", loc, nil, nil)
+	doc := parseHTML(t, body)
+	if got := doc.Find(".request-body").Text(); !strings.Contains(got, `"text":"n=0"`) && !strings.Contains(got, `"text": "n=0"`) {
+		t.Fatalf("the bin got body %q, want the transformed one", got)
+	}
+	if headerOf(doc, "X-Partner") != "p1" || doc.Find(".capture .badge").Text() != "signature valid" {
+		t.Fatalf("header %q, check %q", headerOf(doc, "X-Partner"), doc.Find(".capture .badge").Text())
+	}
+
+	set(`function handler(w) { throw new Error("no total") }`)
+	f.do(c, "POST", "/deliveries/"+ids[0]+"/inspect", url.Values{}, nil)
+	after, _ := s.DashboardDelivery(ctx, ids[0])
+	if len(after.Attempts) != 2 || after.Attempts[1].Error == nil || !strings.Contains(*after.Attempts[1].Error, "no total") ||
+		after.Attempts[1].StatusCode != nil || after.Status != d.Status {
+		t.Fatalf("a failing script's inspector attempt: %+v", after.Attempts)
+	}
+}

@@ -36,6 +36,7 @@ func (s *Server) portalMux() http.Handler {
 	m.HandleFunc("POST /endpoints", s.createEndpoint)
 	m.HandleFunc("GET /endpoints/{id}", s.endpointPage)
 	m.HandleFunc("POST /endpoints/{id}", s.updateEndpoint)
+	m.HandleFunc("POST /endpoints/{id}/preview", s.previewEndpoint)
 	m.HandleFunc("POST /endpoints/{id}/status", s.setEndpointStatus)
 	m.HandleFunc("POST /endpoints/{id}/test", s.sendTestEvent)
 	m.HandleFunc("POST /endpoints/{id}/max-in-flight", s.setMaxInFlight)

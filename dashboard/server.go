@@ -28,6 +28,7 @@ import (
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/storage"
+	"github.com/webhookd/webhookd/transform"
 )
 
 // Config configures a Server. Zero values take the defaults named in each
@@ -69,6 +70,10 @@ type Config struct {
 	// AllowPrivateNetworks lets endpoint URLs entered in the portal name
 	// loopback and private addresses, as the API's option; default false.
 	AllowPrivateNetworks bool
+	// TransformTimeout is how long an endpoint's transformation may run
+	// when the endpoint form checks it or the preview tries it
+	// (WEBHOOKD_TRANSFORM_TIMEOUT); default transform.DefaultBudget (50ms).
+	TransformTimeout time.Duration
 }
 
 // WithDefaults fills zero values.
@@ -105,6 +110,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.InspectorMaxBody == 0 {
 		c.InspectorMaxBody = 1 << 20
+	}
+	if c.TransformTimeout == 0 {
+		c.TransformTimeout = transform.DefaultBudget
 	}
 	return c
 }
@@ -156,6 +164,8 @@ type Server struct {
 	portalSessions *portalSessions
 	portalLimiter  *loginLimiter
 	portalCSP      string
+	// transforms checks and tries endpoints' transformations.
+	transforms *transform.Engine
 }
 
 // New returns the dashboard.
@@ -169,7 +179,8 @@ func New(cfg Config) (*Server, error) {
 		limiter:        newLoginLimiter(cfg.FailedLoginBurst, cfg.FailedLoginEvery),
 		portalSessions: newPortalSessions(cfg.AdminToken, cfg.SessionTTL),
 		portalLimiter:  newLoginLimiter(cfg.FailedLoginBurst, cfg.FailedLoginEvery),
-		portalCSP:      portalCSP(cfg.PortalFrameAncestors)}
+		portalCSP:      portalCSP(cfg.PortalFrameAncestors),
+		transforms:     transform.NewEngine(transform.Config{Budget: cfg.TransformTimeout})}
 	mux := http.NewServeMux()
 	mux.Handle("GET /static/", http.StripPrefix("/static/", staticFiles()))
 	mux.HandleFunc("GET /login", s.loginPage)
@@ -195,6 +206,7 @@ func New(cfg Config) (*Server, error) {
 	mux.Handle("POST /endpoints/{id}/rotate-secret", s.authed(s.rotateSecret))
 	mux.Handle("GET /endpoints/{id}", s.authed(s.endpointPage))
 	mux.Handle("POST /endpoints/{id}", s.authed(s.updateEndpoint))
+	mux.Handle("POST /endpoints/{id}/preview", s.authed(s.previewEndpoint))
 	mux.Handle("GET /event-types", s.authed(s.eventTypesPage))
 	mux.HandleFunc("GET /portal/open/{token}", s.openPortal)
 	mux.Handle("/portal/", s.portal(s.portalMux()))

@@ -15,8 +15,7 @@ import (
 )
 
 // statuses are the delivery states the status filter offers.
-var statuses = []string{webhookd.DeliveryPending, webhookd.DeliveryRetrying, webhookd.DeliverySucceeded,
-	webhookd.DeliveryDeadLetter}
+var statuses = webhookd.DeliveryStatuses
 
 // filter is the deliveries page's filter as it stands in the URL query, so
 // a view can be shared and bookmarked.
@@ -200,8 +199,7 @@ func prettyJSON(raw json.RawMessage) string {
 }
 
 // reasons are the dead-letter reasons the reason filter offers.
-var reasons = []string{webhookd.ReasonExhausted, webhookd.ReasonClientError, webhookd.ReasonRedirect,
-	webhookd.ReasonEndpointDisabled}
+var reasons = webhookd.DeadLetterReasons
 
 // deadLetterFilter is the dead letters page's filter, in the URL query.
 type deadLetterFilter struct {
@@ -321,3 +319,22 @@ func successClass(succeeded, dead int) string {
 		return "code-err"
 	}
 }
+
+// transformationExample is the transformation textarea's placeholder and
+// first example: a Slack-shaped message.
+const transformationExample = `function handler(webhook) {
+  var order = webhook.payload.data;
+  webhook.payload = {text: "Order " + order.id + " paid: " + order.total + " " + order.currency};
+  return webhook;
+}`
+
+// transformationPartnerExample is the second example: a partner's field
+// names, a header, a path, and a cancel.
+const transformationPartnerExample = `function handler(webhook) {
+  var d = webhook.payload.data;
+  if (d.test) return {cancel: true};
+  webhook.payload = {orderRef: d.id, amountCents: Math.round(d.total * 100), occurredAt: webhook.payload.timestamp};
+  webhook.headers["x-partner-key"] = "pk_live_123";
+  webhook.url = webhook.url.replace(/\/hooks$/, "/v2/orders");
+  return webhook;
+}`

@@ -13,6 +13,7 @@ import (
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/internal/tracing"
 	"github.com/webhookd/webhookd/storage"
+	"github.com/webhookd/webhookd/transform"
 	"github.com/webhookd/webhookd/wire"
 )
 
@@ -45,9 +46,10 @@ type Deliverer struct {
 	worker         string    // this process's id: its heartbeat's, and its leases'
 	alive          *liveness // when its heartbeat last landed; nil: not known
 	circuit        storage.CircuitConfig
-	tracer         *tracing.Tracer // nil: tracing off
-	relays         Relays          // nil: no relay has a listener
-	closing        atomic.Bool     // the worker is stopping: attempts hand no slot on (handOn)
+	tracer         *tracing.Tracer   // nil: tracing off
+	relays         Relays            // nil: no relay has a listener
+	transforms     *transform.Engine // runs endpoints' transformations
+	closing        atomic.Bool       // the worker is stopping: attempts hand no slot on (handOn)
 }
 
 // Relays tells whether a relay endpoint (relay://NAME of a project) has a
@@ -155,7 +157,9 @@ func (r Request) mode() storage.ClaimMode { return claimModes[r.kind()] }
 // One that finds no room is held back without spending an attempt: a task
 // in the holder, a manual one with its redelivery request still recorded;
 // a replay, which waits in its job's goroutine and not in a worker slot,
-// waits for room in the gate.
+// waits for room in the gate. An endpoint's transformation runs once the
+// attempt has its slot, before the circuit's probe is taken and anything
+// is signed (transformed): a cancel or a failure ends the attempt there.
 func (d *Deliverer) Attempt(ctx context.Context, r Request) (Result, error) {
 	res, err := d.attempt(ctx, r)
 	if res.turn != "" {
@@ -257,6 +261,10 @@ func (d *Deliverer) attempt(ctx context.Context, r Request) (res Result, err err
 		}
 		slot = endpointSlot{gate: d.gate, ep: del.EndpointID}
 	}
+	tr, res, err, goOn := d.transformed(ctx, r, &l, &slot)
+	if !goOn {
+		return res, err
+	}
 	if probe {
 		if res, err, goOn := d.takeProbe(ctx, r, &l, &slot, now); !goOn {
 			return res, err
@@ -276,7 +284,7 @@ func (d *Deliverer) attempt(ctx context.Context, r Request) (res Result, err err
 		slot.release()
 		return d.holdLeased(ctx, r, &l, now, webhookd.WaitingEndpointBusy)
 	}
-	return d.send(ctx, r, &l, &slot, probe)
+	return d.send(ctx, r, &l, &slot, probe, tr)
 }
 
 // leaseInDoubt tells whether this worker's heartbeats stopped landing long
@@ -290,10 +298,10 @@ func (d *Deliverer) leaseInDoubt() bool {
 	return ok && ago > storage.WorkerStale-3*heartbeatInterval/2
 }
 
-// send makes the request of a claimed delivery whose endpoint had room,
-// records it with the delivery's next state, and counts it for the
-// endpoint's breaker.
-func (d *Deliverer) send(ctx context.Context, r Request, l *storage.Lease, slot *endpointSlot, probe bool) (Result, error) {
+// send makes the request of a claimed delivery whose endpoint had room —
+// as its endpoint's transformation made it, with tr — records it with the
+// delivery's next state, and counts it for the endpoint's breaker.
+func (d *Deliverer) send(ctx context.Context, r Request, l *storage.Lease, slot *endpointSlot, probe bool, tr *transform.Result) (Result, error) {
 	auto, del := r.kind() == KindAuto, l.Delivery
 	trigger := l.Trigger
 	if !auto {
@@ -304,7 +312,7 @@ func (d *Deliverer) send(ctx context.Context, r Request, l *storage.Lease, slot 
 	spanCtx, span := d.startAttempt(ctx, l, trigger)
 	sendCtx, cancel := context.WithTimeout(context.WithoutCancel(spanCtx), d.attemptTimeout)
 	slot.start = time.Now()
-	a, resp := d.request(sendCtx, l, trigger)
+	a, resp := d.request(sendCtx, l, trigger, tr)
 	cancel()
 	a.TraceID, _ = tracing.IDs(spanCtx)
 	if l.SecretErr == nil { // unsent: it says nothing of the endpoint
@@ -565,8 +573,10 @@ func (d *Deliverer) allowed(ctx context.Context, ep string, perSecond int) (time
 	return d.clock.Now().Add(max(res.RetryAfter, 100*time.Millisecond)), false
 }
 
-// request signs and sends one request and describes it as an attempt.
-func (d *Deliverer) request(ctx context.Context, l *storage.Lease, trigger string) (webhookd.Attempt, wire.Response) {
+// request signs and sends one request and describes it as an attempt:
+// the event's body, or tr's (its endpoint's transformation's: the body
+// signed and sent, its URL and added headers).
+func (d *Deliverer) request(ctx context.Context, l *storage.Lease, trigger string, tr *transform.Result) (webhookd.Attempt, wire.Response) {
 	ep := l.Endpoint
 	a := webhookd.Attempt{DeliveryID: l.Delivery.ID, Number: l.Delivery.AttemptsCount + 1, RequestID: l.Token,
 		URL: ep.URL, Trigger: trigger, StartedAt: d.clock.Now()}
@@ -582,7 +592,12 @@ func (d *Deliverer) request(ctx context.Context, l *storage.Lease, trigger strin
 	if ep.PreviousSecret != nil && ep.PreviousExpiresAt != nil && ep.PreviousExpiresAt.After(a.StartedAt) {
 		secrets = append(secrets, *ep.PreviousSecret)
 	}
-	return d.sender.Send(webhookd.WithProject(ctx, ep.ProjectID), l.Event, secrets, a) // a relay is named within its project
+	ctx = webhookd.WithProject(ctx, ep.ProjectID) // a relay is named within its project
+	if tr != nil {
+		a.URL = tr.URL
+		return d.sender.SendBody(ctx, l.Event, tr.Body, tr.Headers, secrets, a)
+	}
+	return d.sender.Send(ctx, l.Event, secrets, a)
 }
 
 // orNil is what p points at, or nil, for a log line.

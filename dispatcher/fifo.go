@@ -17,10 +17,11 @@ import (
 //   - a delivery whose claim finds others ahead of it waits, fifo_turn in
 //     PostgreSQL, its task asleep far off (waitTurn), costing nothing
 //     however long the queue;
-//   - the attempt that ends the head (a success, a dead letter of any
-//     kind) reads the new head from PostgreSQL and attempts it itself, and
-//     so on down the queue (passTurn); where it stops, the head's task is
-//     scheduled for its time, or run now (Queue.Wake);
+//   - the attempt that ends the head (a success, a cancel by its
+//     endpoint's transformation, a dead letter of any kind) reads the new
+//     head from PostgreSQL and attempts it itself, and so on down the
+//     queue (passTurn); where it stops, the head's task is scheduled for
+//     its time, or run now (Queue.Wake);
 //   - should that step be lost (the worker killed between the record and
 //     the wake, Redis flushed), the reconciler finds every queue's head
 //     that is due and not leased, and wakes it the same way.
@@ -129,7 +130,8 @@ func (d *Deliverer) claimNow(ctx context.Context, cs []storage.Claim) ([]storage
 // ordered endpoint's queue, so the next one's turn has come.
 func leftQueue(l *storage.Lease, t storage.Transition) bool {
 	waiting := l.Delivery.Status == webhookd.DeliveryPending || l.Delivery.Status == webhookd.DeliveryRetrying
-	return l.FIFO && waiting && (t.Status == webhookd.DeliverySucceeded || t.Status == webhookd.DeliveryDeadLetter)
+	return l.FIFO && waiting && (t.Status == webhookd.DeliverySucceeded || t.Status == webhookd.DeliveryDeadLetter ||
+		t.Status == webhookd.DeliveryCanceled)
 }
 
 // wakeHeads wakes the due, unleased head of every ordered endpoint's

@@ -9,6 +9,7 @@ import (
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/storage"
+	"github.com/webhookd/webhookd/transform"
 	"github.com/webhookd/webhookd/wire"
 )
 
@@ -20,13 +21,19 @@ import (
 // inspector that never changes the delivery: no lease is taken and its
 // status, schedule and counts stay as they are.
 //
+// An endpoint's transformation applies as it would to the delivery: its
+// body (signed) and headers go to the bin, which keeps its own URL (a path
+// the script sets would leave the bin); one that cancels or fails is
+// logged as an attempt that sent nothing, with why.
+//
 // It needs no worker: only PostgreSQL, and the transport the caller gives
 // for the bin's URL (the dashboard serves its bins in-process, so the
 // SSRF guard never sees them and private networks may stay disallowed).
 type Inspector struct {
-	db    *storage.DB
-	clock webhookd.Clock
-	log   *slog.Logger
+	db         *storage.DB
+	clock      webhookd.Clock
+	log        *slog.Logger
+	transforms *transform.Engine // at transform.DefaultBudget
 }
 
 // NewInspector returns an Inspector; clock and log default to the system
@@ -38,7 +45,7 @@ func NewInspector(db *storage.DB, clock webhookd.Clock, log *slog.Logger) *Inspe
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Inspector{db: db, clock: clock, log: log}
+	return &Inspector{db: db, clock: clock, log: log, transforms: transform.NewEngine(transform.Config{})}
 }
 
 // inspectorTimeout bounds one inspector attempt, every phase of it.
@@ -61,7 +68,14 @@ func (in *Inspector) Send(ctx context.Context, deliveryID, url string, rt http.R
 		Client: &http.Client{Transport: rt, Timeout: inspectorTimeout,
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}}
 	sendCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), inspectorTimeout)
-	a, _ := sender.request(sendCtx, &l, webhookd.TriggerInspector)
+	var a webhookd.Attempt
+	if tr, unsent := in.transformed(sendCtx, &l); unsent != "" {
+		a = webhookd.Attempt{DeliveryID: l.Delivery.ID, Number: l.Delivery.AttemptsCount + 1, RequestID: l.Token, URL: url,
+			Trigger: webhookd.TriggerInspector, StartedAt: in.clock.Now(), Error: &unsent,
+			RequestHeaders: map[string]string{}, ResponseHeaders: map[string]string{}}
+	} else {
+		a, _ = sender.request(sendCtx, &l, webhookd.TriggerInspector, tr)
+	}
 	cancel()
 	if err := in.db.RecordInspectorAttempt(context.WithoutCancel(ctx), a); err != nil {
 		return a, fmt.Errorf("inspector: %w", err)
@@ -70,4 +84,25 @@ func (in *Inspector) Send(ctx context.Context, deliveryID, url string, rt http.R
 		"endpoint_id", l.Delivery.EndpointID, "attempt", a.Number, "trigger", a.Trigger, "request_id", a.RequestID,
 		"status_code", orNil(a.StatusCode), "error", orNil(a.Error), "duration_ms", a.DurationMS)
 	return a, nil
+}
+
+// transformed runs the endpoint's transformation of l, if it has one, on
+// the request to the bin (l.Endpoint.URL): the request to send instead (nil:
+// none), or why nothing is sent.
+func (in *Inspector) transformed(ctx context.Context, l *storage.Lease) (*transform.Result, string) {
+	if l.Endpoint.Transformation == nil || l.SecretErr != nil {
+		return nil, ""
+	}
+	w, err := transform.WebhookOf(l.Endpoint.URL, l.Event)
+	if err == nil {
+		var out transform.Result
+		if out, err = in.transforms.Run(ctx, "inspector:"+l.Delivery.EndpointID, *l.Endpoint.Transformation, w); err == nil {
+			if out.Cancel {
+				return nil, "not sent: the endpoint's transformation canceled the delivery"
+			}
+			out.URL = l.Endpoint.URL // the bin's
+			return &out, ""
+		}
+	}
+	return nil, wire.StorableText(err.Error(), wire.MaxResponseBody)
 }

@@ -83,7 +83,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Dead letters replayed by background jobs, by result (succeeded, failed).",
 		}, []string{"result"}),
 	}
-	for _, reason := range []string{webhookd.ReasonExhausted, webhookd.ReasonClientError, webhookd.ReasonRedirect, webhookd.ReasonEndpointDisabled} {
+	for _, reason := range webhookd.DeadLetterReasons {
 		m.deadLetters.WithLabelValues(reason) // every series from the start, so rate() sees the first one
 	}
 	for _, t := range []string{"opened", "closed", "disabled"} {

@@ -18,6 +18,7 @@ import (
 	"github.com/webhookd/webhookd/internal/tracing"
 	"github.com/webhookd/webhookd/internal/warm"
 	"github.com/webhookd/webhookd/storage"
+	"github.com/webhookd/webhookd/transform"
 	"github.com/webhookd/webhookd/wire"
 )
 
@@ -75,6 +76,10 @@ type Config struct {
 	Clock   webhookd.Clock        // default webhookd.SystemClock
 	Logger  *slog.Logger          // default slog.Default()
 	Metrics prometheus.Registerer // default: a private registry
+	// TransformTimeout is how long an endpoint's transformation may run
+	// for one delivery (WEBHOOKD_TRANSFORM_TIMEOUT); default
+	// transform.DefaultBudget (50ms).
+	TransformTimeout time.Duration
 	// Tracer makes each attempt a span, the child of the trace its event
 	// was written in, and sends the receiver its traceparent; default nil:
 	// no tracing. The attempt's log line carries its ids when Logger is
@@ -118,6 +123,9 @@ func (c Config) WithDefaults() Config {
 	if c.RetentionInterval == 0 {
 		c.RetentionInterval = time.Hour
 	}
+	if c.TransformTimeout == 0 {
+		c.TransformTimeout = transform.DefaultBudget
+	}
 	if c.RateLimitPrefix == "" {
 		c.RateLimitPrefix = "webhookd:endpoint-rate:"
 	}
@@ -148,6 +156,8 @@ func (c Config) Validate() error {
 		return errors.New("worker config: Schedule is empty")
 	case c.Retention < 0:
 		return errors.New("worker config: Retention is negative")
+	case c.TransformTimeout < 0:
+		return errors.New("worker config: TransformTimeout is negative")
 	}
 	return c.HTTP.Validate()
 }
@@ -222,7 +232,8 @@ func NewWorker(cfg Config) (*Worker, error) {
 		attemptTimeout: cfg.AttemptTimeout(), lease: cfg.Lease(),
 		gate: g, holder: newHolder(cfg.DB, q, g, clock, cfg.Logger, m.held), alive: newLiveness(), worker: storage.NewWorkerID(),
 		circuit: storage.CircuitConfig{After: max(cfg.Circuit.After, 0), Probes: cfg.Circuit.Probes,
-			DisableAfter: max(cfg.Circuit.DisableAfter, 0)}, relays: cfg.Relays}
+			DisableAfter: max(cfg.Circuit.DisableAfter, 0)}, relays: cfg.Relays,
+		transforms: transform.NewEngine(transform.Config{Budget: cfg.TransformTimeout})}
 	w := &Worker{cfg: cfg, Deliverer: d, Queue: q, holder: d.holder, warm: warm.New(time.Minute), slots: make(chan struct{}, cfg.Concurrency), alive: d.alive,
 		reconciler: &Reconciler{DB: cfg.DB, Queue: q, Interval: cfg.ReconcileInterval, Grace: cfg.ReconcileGrace,
 			Clock: clock, Logger: cfg.Logger, Observe: m.observeReconcile, Offered: m.offered.Add, Reenqueued: m.reenqueued.Add},

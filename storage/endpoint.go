@@ -16,7 +16,7 @@ const SecretOverlap = 24 * time.Hour
 
 const endpointColumns = `id, project_id, url, description, event_types, status, disabled_reason,
 	rate_limit_per_second, secret, previous_secret, previous_expires_at, version, created_at, updated_at, max_in_flight,
-	circuit, probe_at, ordering, filter`
+	circuit, probe_at, ordering, filter, transformation`
 
 // scanEndpoint reads an endpoint of endpointColumns, its secrets opened.
 // more are the columns after them, if any.
@@ -24,7 +24,7 @@ func (s *Store) scanEndpoint(row pgx.Row, more ...any) (webhookd.Endpoint, error
 	var e webhookd.Endpoint
 	err := row.Scan(append([]any{&e.ID, &e.ProjectID, &e.URL, &e.Description, &e.EventTypes, &e.Status, &e.DisabledReason,
 		&e.RateLimitPerSecond, &e.Secret, &e.PreviousSecret, &e.PreviousExpiresAt, &e.Version, &e.CreatedAt, &e.UpdatedAt,
-		&e.MaxInFlight, &e.Circuit, &e.ProbeAt, &e.Ordering, &e.Filter}, more...)...)
+		&e.MaxInFlight, &e.Circuit, &e.ProbeAt, &e.Ordering, &e.Filter, &e.Transformation}, more...)...)
 	if e.EventTypes == nil {
 		e.EventTypes = []string{}
 	}
@@ -43,6 +43,7 @@ type NewEndpoint struct {
 	MaxInFlight        *int
 	Ordering           string          // "": webhookd.OrderingNone
 	Filter             json.RawMessage // checked (filter.Compile); nil: none
+	Transformation     *string         // checked (transform.Engine.Check); nil: none
 	Secret             string
 }
 
@@ -53,11 +54,11 @@ func (s *Store) CreateEndpoint(ctx context.Context, projectID string, n NewEndpo
 	}
 	row := s.q.QueryRow(ctx, `
 		INSERT INTO endpoints (id, project_id, url, description, event_types, rate_limit_per_second, secret, created_at, updated_at,
-			max_in_flight, ordering, filter)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, COALESCE($9::int, $10::int), $11, $12)
+			max_in_flight, ordering, filter, transformation)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, COALESCE($9::int, $10::int), $11, $12, $13)
 		RETURNING `+endpointColumns,
 		newID(prefixEndpoint), projectID, n.URL, n.Description, n.EventTypes, n.RateLimitPerSecond, s.box.sealString(n.Secret), now, n.MaxInFlight,
-		webhookd.DefaultMaxInFlight, cmp.Or(n.Ordering, webhookd.OrderingNone), filterArg(n.Filter))
+		webhookd.DefaultMaxInFlight, cmp.Or(n.Ordering, webhookd.OrderingNone), filterArg(n.Filter), n.Transformation)
 	e, err := s.scanEndpoint(row)
 	return e, translate(err, "endpoint")
 }
@@ -108,6 +109,9 @@ type EndpointPatch struct {
 	Ordering *string
 	// Filter replaces the filter; a pointer to nil removes it.
 	Filter *json.RawMessage
+	// Transformation replaces the transformation; a pointer to nil
+	// removes it.
+	Transformation **string
 	// ReplayDeadLetters, with Status active for a disabled endpoint,
 	// replays its dead letters of the outage in one job
 	// (UpdateEndpointAndReplay).
@@ -188,6 +192,9 @@ func (s *Store) UpdateEndpointAndReplay(ctx context.Context, projectID, id strin
 		if p.Filter != nil {
 			cur.Filter = *p.Filter
 		}
+		if p.Transformation != nil {
+			cur.Transformation = *p.Transformation
+		}
 		// Enabled by a person, an endpoint starts afresh: the failing spell
 		// and the open circuit of before would disable it again at its
 		// first failure and hold its deliveries for a probe.
@@ -203,11 +210,11 @@ func (s *Store) UpdateEndpointAndReplay(ctx context.Context, projectID, id strin
 		out, err = s.scanEndpoint(tx.QueryRow(ctx, `
 			UPDATE endpoints SET url = $3, description = $4, event_types = $5, rate_limit_per_second = $6,
 				status = $7, disabled_reason = $8, version = version + 1, updated_at = $9, max_in_flight = $10,
-				ordering = $11, filter = $13`+closeCircuitIf12+`
+				ordering = $11, filter = $13, transformation = $14`+closeCircuitIf12+`
 			WHERE id = $1 AND project_id = $2
 			RETURNING `+endpointColumns,
 			id, projectID, cur.URL, cur.Description, cur.EventTypes, cur.RateLimitPerSecond,
-			cur.Status, cur.DisabledReason, now, cur.MaxInFlight, cur.Ordering, enable, filterArg(cur.Filter)))
+			cur.Status, cur.DisabledReason, now, cur.MaxInFlight, cur.Ordering, enable, filterArg(cur.Filter), cur.Transformation))
 		return err
 	})
 	return out, job, translate(err, "endpoint")

@@ -153,13 +153,13 @@ func (db *DB) InspectionLease(ctx context.Context, deliveryID string) (Lease, er
 	err := db.pool.QueryRow(ctx, `SELECT `+deliveryColumns+`, d.auto_attempts,
 			e.type, e.data, e.external_id, e.created_at,
 			p.url, p.status, p.secret, p.previous_secret, p.previous_expires_at, p.rate_limit_per_second, p.deleted_at,
-			d.trigger
+			d.trigger, p.transformation
 		FROM deliveries d JOIN events e ON e.id = d.event_id JOIN endpoints p ON p.id = d.endpoint_id
 		WHERE d.id = $1`, deliveryID).Scan(&d.ID, &d.ProjectID, &d.EventID, &d.EndpointID, &d.EventType, &d.Status,
 		&d.AttemptsCount, &d.NextAttemptAt, &d.LastStatusCode, &d.LastError, &d.CreatedAt, &d.UpdatedAt, &d.WaitingReason,
 		&l.AutoAttempts, &ev.Type, &ev.Data, &ev.ExternalID, &ev.CreatedAt,
 		&ep.URL, &ep.Status, &ep.Secret, &ep.PreviousSecret, &ep.PreviousExpiresAt, &ep.RateLimitPerSecond, &deleted,
-		&l.Trigger)
+		&l.Trigger, &ep.Transformation)
 	if err != nil {
 		return Lease{}, translate(err, "delivery")
 	}

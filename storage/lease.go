@@ -129,7 +129,8 @@ func (db *DB) ClaimDeliveries(ctx context.Context, now, until time.Time, cs []Cl
 			e.type, e.data, e.external_id, e.created_at,
 			p.url, p.status, p.secret, p.previous_secret, p.previous_expires_at, p.rate_limit_per_second, p.deleted_at,
 			p.max_in_flight, d.trigger, d.manual_request_id, d.manual_requested_by, p.circuit, p.probe_at, p.failures,
-			d.fifo_seq IS NOT NULL, d.fifo_seq IS NOT NULL AND EXISTS (`+fifoAhead+`), now(), coalesce(e.trace_parent, '')
+			d.fifo_seq IS NOT NULL, d.fifo_seq IS NOT NULL AND EXISTS (`+fifoAhead+`), now(), coalesce(e.trace_parent, ''),
+			p.transformation
 		FROM c JOIN deliveries d ON d.id = c.id JOIN events e ON e.id = d.event_id JOIN endpoints p ON p.id = d.endpoint_id
 			LEFT JOIN held ON held.token = c.token`,
 		ids, tokens, modes, reqs, now, until, workers).Query(func(rows pgx.Rows) error {
@@ -146,7 +147,7 @@ func (db *DB) ClaimDeliveries(ctx context.Context, now, until time.Time, cs []Cl
 				&ev.Type, &ev.Data, &ev.ExternalID, &ev.CreatedAt,
 				&ep.URL, &ep.Status, &ep.Secret, &ep.PreviousSecret, &ep.PreviousExpiresAt, &ep.RateLimitPerSecond, &deleted,
 				&l.MaxInFlight, &l.Trigger, &l.ManualRequest, &l.ManualBy, &ep.Circuit, &ep.ProbeAt, &l.Failures,
-				&l.FIFO, &l.Behind, &l.Now, &l.TraceParent); err != nil {
+				&l.FIFO, &l.Behind, &l.Now, &l.TraceParent, &ep.Transformation); err != nil {
 				return err
 			}
 			// A secret this process cannot open fails this claim's attempt
@@ -212,7 +213,7 @@ func (db *DB) FIFOHeads(ctx context.Context, now time.Time) ([]webhookd.Schedule
 }
 
 // Transition is the state a delivery moves to after an attempt (or without
-// one, when its endpoint is disabled).
+// one, when its endpoint is disabled or its transformation canceled it).
 type Transition struct {
 	Status           string     // the new delivery status
 	NextAttemptAt    *time.Time // for pending and retrying

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/webhookd/webhookd/internal/testenv"
 	"github.com/webhookd/webhookd/storage"
@@ -90,5 +91,43 @@ func TestCheckMigrated(t *testing.T) {
 	}
 	if err := db.CheckMigrated(ctx); err != nil {
 		t.Fatalf("a migrated schema failed the check: %v", err)
+	}
+}
+
+// TestConstraintsOfTransformations: canceled is a finished state (nothing
+// scheduled), transformation_failed a dead-letter reason, and a
+// transformation is never the empty string (NULL is none).
+func TestConstraintsOfTransformations(t *testing.T) {
+	t.Parallel()
+	db := testenv.DB(t)
+	ctx := context.Background()
+	store := db.Store()
+	_, p, err := store.CreateAPIKey(ctx, "p", storage.ProjectPlan{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep, err := store.CreateEndpoint(ctx, p.ID, storage.NewEndpoint{URL: "https://example.com/x", Secret: "whsec_a"}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := store.CreateEvents(ctx, p.ID, []storage.NewEvent{{Type: "t", Data: []byte(`{}`)}}, time.Now(), func(int) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	dlv := evs[0].Deliveries[0].ID
+	for _, c := range []struct {
+		name, sql string
+		ok        bool
+	}{
+		{"canceled and still scheduled", `UPDATE deliveries SET status = 'canceled' WHERE id = '` + dlv + `'`, false},
+		{"canceled", `UPDATE deliveries SET status = 'canceled', next_attempt_at = NULL WHERE id = '` + dlv + `'`, true},
+		{"dead letter transformation_failed", `INSERT INTO dead_letters (id, project_id, delivery_id, event_id, endpoint_id, event_type, reason)
+			VALUES ('dl_1', '` + p.ID + `', '` + dlv + `', '` + evs[0].ID + `', '` + ep.ID + `', 't', 'transformation_failed')`, true},
+		{"dead letter of an unknown reason", `UPDATE dead_letters SET reason = 'bored' WHERE id = 'dl_1'`, false},
+		{"an empty transformation", `UPDATE endpoints SET transformation = '' WHERE id = '` + ep.ID + `'`, false},
+	} {
+		if _, err := db.Pool().Exec(ctx, c.sql); (err == nil) != c.ok {
+			t.Errorf("%s: error %v, want accepted %v", c.name, err, c.ok)
+		}
 	}
 }

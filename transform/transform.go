@@ -28,6 +28,8 @@ import (
 
 	"github.com/dlclark/regexp2"
 	"github.com/dop251/goja"
+
+	"github.com/webhookd/webhookd"
 )
 
 // DefaultBudget is how long one run may take (WEBHOOKD_TRANSFORM_TIMEOUT).
@@ -45,6 +47,19 @@ type Webhook struct {
 	URL     string
 	Headers map[string]string
 	Payload json.RawMessage // the body, JSON
+}
+
+// WebhookOf is the request ev is sent to an endpoint at url as, before
+// the endpoint's transformation: what the transformation is given. Its
+// headers are webhookd's own that a script may read and change (the
+// signature is made after it, over the body it returns).
+func WebhookOf(url string, ev webhookd.Event) (Webhook, error) {
+	body, err := ev.Body()
+	if err != nil {
+		return Webhook{}, err
+	}
+	return Webhook{Method: "POST", URL: url, Payload: body, Headers: map[string]string{
+		"user-agent": webhookd.UserAgent(), "x-event-id": ev.ID, "x-event-type": ev.Type}}, nil
 }
 
 // Result is what a transformation made of a Webhook: the request to send,
@@ -364,7 +379,11 @@ func (e *Engine) result(l *loaded, w Webhook, out goja.Value) (Result, error) {
 }
 
 // sameHost refuses a URL whose scheme, user or host differs from the
-// endpoint's: a transformation changes the path and query only.
+// endpoint's: a transformation changes the path and query only. An http or
+// https URL must also be one the API would take for an endpoint
+// (webhookd.ParseEndpointURL: no whitespace or control characters, at most
+// 2048 characters); the address its host resolves to is checked when the
+// request dials, as for any delivery.
 func sameHost(was, now string) error {
 	a, err := url.Parse(was)
 	if err != nil {
@@ -376,6 +395,11 @@ func sameHost(was, now string) error {
 	}
 	if a.Scheme != b.Scheme || a.Host != b.Host || a.User.String() != b.User.String() {
 		return fail("url may change only the path and query, not the scheme or host (%q)", truncate(now, 200))
+	}
+	if b.Scheme == "http" || b.Scheme == "https" {
+		if _, err := webhookd.ParseEndpointURL(now); err != nil {
+			return fail("%s", err.Error())
+		}
 	}
 	return nil
 }

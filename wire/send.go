@@ -3,7 +3,6 @@ package wire
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 	"strconv"
@@ -37,21 +36,26 @@ type Sender struct {
 	Tracer      *tracing.Tracer
 }
 
-// Send signs ev with secrets (the endpoint's, the current one first) as
-// of a.StartedAt, posts it to a.URL, and completes a — whose delivery,
-// number, request id, URL, trigger and start the caller set — with what
-// happened.
+// Send signs ev's body (Event.Body) with secrets (the endpoint's, the current
+// one first) as of a.StartedAt, posts it to a.URL, and completes a —
+// whose delivery, number, request id, URL, trigger and start the caller
+// set — with what happened.
 func (s Sender) Send(ctx context.Context, ev webhookd.Event, secrets []string, a webhookd.Attempt) (webhookd.Attempt, Response) {
-	a.RequestHeaders, a.ResponseHeaders = map[string]string{}, map[string]string{}
-	body, err := json.Marshal(struct {
-		ID        string          `json:"id"`
-		Type      string          `json:"type"`
-		Timestamp string          `json:"timestamp"`
-		Data      json.RawMessage `json:"data"`
-	}{ev.ID, ev.Type, ev.CreatedAt.UTC().Format(time.RFC3339Nano), ev.Data})
+	body, err := ev.Body()
 	if err != nil {
+		a.RequestHeaders, a.ResponseHeaders = map[string]string{}, map[string]string{}
 		return Failed(a, err)
 	}
+	return s.SendBody(ctx, ev, body, nil, secrets, a)
+}
+
+// SendBody is Send with the body given (an endpoint's transformation's):
+// it is what is signed and sent. headers are added to the request before
+// webhookd's own, which they cannot replace but User-Agent (package
+// transform refuses the signature's and HTTP's own).
+func (s Sender) SendBody(ctx context.Context, ev webhookd.Event, body []byte, headers map[string]string, secrets []string,
+	a webhookd.Attempt) (webhookd.Attempt, Response) {
+	a.RequestHeaders, a.ResponseHeaders = map[string]string{}, map[string]string{}
 	sig, err := SignatureHeader(secrets, ev.ID, a.StartedAt, body)
 	if err != nil {
 		return Failed(a, err)
@@ -61,8 +65,11 @@ func (s Sender) Send(ctx context.Context, ev webhookd.Event, secrets []string, a
 		return Failed(a, err)
 	}
 	h := req.Header
+	h.Set("User-Agent", webhookd.UserAgent())
+	for k, v := range headers {
+		h.Set(k, v)
+	}
 	h.Set("Content-Type", "application/json")
-	h.Set("User-Agent", "webhookd/"+webhookd.Version)
 	h.Set("webhook-id", ev.ID)
 	h.Set("webhook-timestamp", strconv.FormatInt(a.StartedAt.Unix(), 10))
 	h.Set("webhook-signature", sig)

@@ -46,11 +46,11 @@ var (
 	apiSettings = []string{"database-url", "database-max-conns", "redis-url", "api-addr", "dashboard-addr", "admin-token",
 		"encryption-key", "allow-private-networks", "connect-timeout", "response-timeout", "max-payload-bytes",
 		"max-batch-bytes", "trusted-proxies", "request-timeout", "drain-timeout", "portal-base-url", "portal-frame-ancestors",
-		"log-level", "log-format"}
+		"transform-timeout", "log-level", "log-format"}
 	workerSettings = []string{"database-url", "database-max-conns", "redis-url", "dashboard-addr", "encryption-key",
 		"allow-private-networks", "retry-schedule", "connect-timeout", "response-timeout", "retention",
 		"worker-concurrency", "endpoint-initial-limit", "circuit-after", "circuit-probes", "endpoint-disable-after",
-		"reconcile-interval", "drain-timeout", "outbox-sources", "log-level", "log-format"}
+		"reconcile-interval", "transform-timeout", "drain-timeout", "outbox-sources", "log-level", "log-format"}
 	allSettings = func() []string {
 		var all []string
 		for _, s := range settings {

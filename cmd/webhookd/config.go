@@ -37,6 +37,7 @@ type Config struct {
 	EndpointDisableAfter time.Duration // WEBHOOKD_ENDPOINT_DISABLE_AFTER; 120h (0: never)
 	DatabaseMaxConns     int           // WEBHOOKD_DATABASE_MAX_CONNS; 20
 	ReconcileInterval    time.Duration // WEBHOOKD_RECONCILE_INTERVAL; 2s
+	TransformTimeout     time.Duration // WEBHOOKD_TRANSFORM_TIMEOUT; 50ms: an endpoint's transformation's budget per run
 	LogLevel             string        // WEBHOOKD_LOG_LEVEL; info
 	TrustedProxies       string        // WEBHOOKD_TRUSTED_PROXIES; none (comma-separated CIDRs or addresses)
 	LogFormat            string        // WEBHOOKD_LOG_FORMAT; "" (JSON lines, text on a terminal), json or text
@@ -90,6 +91,7 @@ func DefaultConfig() Config {
 		EndpointInitialLimit: 10,
 		DatabaseMaxConns:     20,
 		ReconcileInterval:    2 * time.Second,
+		TransformTimeout:     50 * time.Millisecond,
 		LogLevel:             "info",
 		RequestTimeout:       30 * time.Second,
 		DrainTimeout:         30 * time.Second,
@@ -131,6 +133,8 @@ func (c Config) Validate() error {
 		return errors.New("WEBHOOKD_CIRCUIT_AFTER must not be negative (0 turns the circuit breaker off)")
 	case c.EndpointDisableAfter < 0:
 		return errors.New("WEBHOOKD_ENDPOINT_DISABLE_AFTER must not be negative (0: never)")
+	case c.TransformTimeout <= 0 || c.TransformTimeout > 10*time.Second:
+		return errors.New("WEBHOOKD_TRANSFORM_TIMEOUT must be positive and at most 10s")
 	case c.DatabaseMaxConns < 4:
 		return errors.New("WEBHOOKD_DATABASE_MAX_CONNS must be at least 4")
 	case c.RequestTimeout <= 0:
@@ -192,6 +196,7 @@ var settings = []setting{
 	{"circuit-probes", "WEBHOOKD_CIRCUIT_PROBES", plain, "waits before each probe of an open circuit, the last repeating (`LIST`)", func(c *Config) any { return &c.CircuitProbes }},
 	{"endpoint-disable-after", "WEBHOOKD_ENDPOINT_DISABLE_AFTER", plain, "disable an endpoint with no successful attempt for this long while its attempts fail; 0: never (`DURATION`)", func(c *Config) any { return &c.EndpointDisableAfter }},
 	{"reconcile-interval", "WEBHOOKD_RECONCILE_INTERVAL", plain, "how often due deliveries without a task are enqueued again (`DURATION`)", func(c *Config) any { return &c.ReconcileInterval }},
+	{"transform-timeout", "WEBHOOKD_TRANSFORM_TIMEOUT", plain, "how long an endpoint's transformation may run for one delivery (`DURATION`)", func(c *Config) any { return &c.TransformTimeout }},
 	{"max-payload-bytes", "WEBHOOKD_MAX_PAYLOAD_BYTES", plain, "largest request body (`BYTES`)", func(c *Config) any { return &c.MaxPayloadBytes }},
 	{"max-batch-bytes", "WEBHOOKD_MAX_BATCH_BYTES", plain, "largest batch request body (`BYTES`)", func(c *Config) any { return &c.MaxBatchBytes }},
 	{"max-bulk-bytes", "WEBHOOKD_MAX_BULK_BYTES", plain, "largest bulk (NDJSON) request body (`BYTES`)", func(c *Config) any { return &c.MaxBulkBytes }},

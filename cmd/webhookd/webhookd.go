@@ -171,7 +171,8 @@ func (m *Main) Start(ctx context.Context, roles Roles) error {
 		EndpointInitialLimit: m.Config.EndpointInitialLimit, ReconcileInterval: m.Config.ReconcileInterval,
 		HTTP: wire.HTTPConfig{ConnectTimeout: m.Config.ConnectTimeout, ResponseTimeout: m.Config.ResponseTimeout,
 			AllowPrivateNetworks: m.Config.AllowPrivateNetworks},
-		Retention: m.Config.Retention, Circuit: circuit, Logger: m.Logger, Metrics: m.Registry, Tracer: m.Tracer}
+		Retention: m.Config.Retention, Circuit: circuit, Logger: m.Logger, Metrics: m.Registry, Tracer: m.Tracer,
+		TransformTimeout: m.Config.TransformTimeout}
 	m.Queue = dispatcher.NewQueue(batched, wcfg.Queue, wcfg.WithDefaults().TaskTimeout())
 	if err := m.openRelay(); err != nil {
 		return err
@@ -221,7 +222,7 @@ func (m *Main) Start(ctx context.Context, roles Roles) error {
 			MaxBulkBytes: m.Config.MaxBulkBytes, MaxBulkEvents: m.Config.MaxBulkEvents,
 			AllowPrivateNetworks: m.Config.AllowPrivateNetworks, TrustedProxies: proxies,
 			RequestTimeout: m.Config.RequestTimeout, PortalBaseURL: m.Config.portalBaseURL(), Tracer: m.Tracer,
-			Relay: m.Relay})
+			Relay: m.Relay, TransformTimeout: m.Config.TransformTimeout})
 		if err != nil {
 			return err
 		}
@@ -300,7 +301,8 @@ func (m *Main) startDashboard() error {
 	}
 	d, err := dashboard.New(dashboard.Config{DB: m.DB, Enqueuer: m.Queue, AdminToken: m.Config.AdminToken,
 		Inspector: dispatcher.NewInspector(m.DB, nil, m.Logger), Logger: m.Logger,
-		PortalFrameAncestors: m.Config.portalFrameAncestors(), AllowPrivateNetworks: m.Config.AllowPrivateNetworks})
+		PortalFrameAncestors: m.Config.portalFrameAncestors(), AllowPrivateNetworks: m.Config.AllowPrivateNetworks,
+		TransformTimeout: m.Config.TransformTimeout})
 	if err != nil {
 		return err
 	}

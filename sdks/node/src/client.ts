@@ -4,7 +4,7 @@ import { Pacer } from "./pacer.js";
 import { afterRetryAfter, backoff, parseRetryAfter, RetryPolicy, sleep, withDefaults } from "./retry.js";
 import type {
   DeadLetter, DeadLetterFilter, Delivery, DeliveryFilter, Endpoint, EndpointPatch, Event, EventType, EventTypeFilter,
-  EventTypePatch, FilterTest, Job, JobError, NewEndpoint, NewEvent, NewEventType, Page, PortalSession, Secret,
+  EventTypePatch, FilterTest, TransformationResult, TransformationTest, Job, JobError, NewEndpoint, NewEvent, NewEventType, Page, PortalSession, Secret,
 } from "./types.js";
 
 export const VERSION = "0.1.0";
@@ -81,6 +81,7 @@ export const ROUTES = {
   cancelJob: { method: "POST", path: "/v1/jobs/{id}/cancel", sdk: "cancelJob" },
   createEventsBulk: { method: "POST", path: "/v1/events/bulk", sdk: "sendEventsBulk" },
   testEndpointFilter: { method: "POST", path: "/v1/endpoints/{id}/filter/test", sdk: "testEndpointFilter" },
+  testEndpointTransformation: { method: "POST", path: "/v1/endpoints/{id}/transformation/test", sdk: "testEndpointTransformation" },
   createPortalSession: { method: "POST", path: "/v1/portal-sessions", sdk: "createPortalSession" },
   createEventType: { method: "POST", path: "/v1/event-types", sdk: "createEventType" },
   listEventTypes: { method: "GET", path: "/v1/event-types", sdk: "listEventTypes" },
@@ -305,6 +306,15 @@ export class WebhookdClient {
     const out = await this.do<{ match: boolean }>({ method: "POST", path: `/v1/endpoints/${enc(id)}/filter/test`, body: t,
       mode: "safe" }, opts);
     return out.match;
+  }
+
+  /** POST /v1/endpoints/{id}/transformation/test: the request the endpoint's
+   * transformation (or one to try, t.transformation) makes of a past event or
+   * a given type and data — url, headers, body — or send false when it
+   * cancels. Sends nothing. A script that fails is a validation_failed error
+   * on the field transformation. */
+  testEndpointTransformation(id: string, t: TransformationTest, opts: CallOptions = {}): Promise<TransformationResult> {
+    return this.do({ method: "POST", path: `/v1/endpoints/${enc(id)}/transformation/test`, body: t, mode: "safe" }, opts);
   }
 
   // ---- event-type catalog, portal links

@@ -26,6 +26,9 @@ export interface NewEndpoint {
   /** Conditions on the event's type and data it must match, beside its
    * event types: `{"data.status": "shipped", "data.total": {"$gt": 100}}`. */
   filter?: Record<string, unknown> | null;
+  /** JavaScript defining `function handler(webhook)` that returns the
+   * webhook `{method, url, headers, payload}` changed, or `{cancel: true}`. */
+  transformation?: string | null;
 }
 
 export interface EndpointPatch {
@@ -34,6 +37,8 @@ export interface EndpointPatch {
   max_in_flight?: number | null; ordering?: "none" | "fifo"; status?: "active" | "disabled"; replay_dead_letters?: boolean;
   /** null: remove it. */
   filter?: Record<string, unknown> | null;
+  /** null: remove it. */
+  transformation?: string | null;
 }
 
 export interface Endpoint {
@@ -45,6 +50,8 @@ export interface Endpoint {
   ordering: "none" | "fifo";
   /** The conditions an event of its types must match; null: none. */
   filter: Record<string, unknown> | null;
+  /** The script that reshapes each request; null: none. */
+  transformation: string | null;
   /** Its circuit breaker: open after consecutive failures, its due deliveries
    * then waiting for probes without spending attempts. */
   circuit: "closed" | "open" | "probing";
@@ -69,7 +76,7 @@ export type WaitingReason = "schedule" | "endpoint_busy" | "rate_limit" | "circu
 
 export interface Delivery {
   id: string; event_id: string; endpoint_id: string; event_type: string;
-  status: "pending" | "retrying" | "succeeded" | "dead_letter"; attempts_count: number;
+  status: "pending" | "retrying" | "succeeded" | "dead_letter" | "canceled"; attempts_count: number;
   next_attempt_at: string | null;
   /** Why a delivery that is not done waits until next_attempt_at; null while nothing holds it back. */
   waiting_reason: WaitingReason | null;
@@ -81,7 +88,7 @@ export interface Delivery {
 
 export interface DeadLetter {
   id: string; delivery_id: string; event_id: string; endpoint_id: string; event_type: string;
-  reason: "exhausted" | "client_error" | "redirect" | "endpoint_disabled"; last_status_code: number | null;
+  reason: "exhausted" | "client_error" | "redirect" | "endpoint_disabled" | "transformation_failed"; last_status_code: number | null;
   dead_lettered_at: string; replayed_at: string | null;
 }
 
@@ -145,4 +152,17 @@ export interface JobError {
  * type and data; filter tries one before it is saved. */
 export interface FilterTest {
   event_id?: string; type?: string; data?: unknown; filter?: Record<string, unknown> | null;
+}
+
+/** What POST /v1/endpoints/{id}/transformation/test is asked: a past event,
+ * or a type and data; transformation tries one before it is saved (null:
+ * none, the request as webhookd makes it). */
+export interface TransformationTest {
+  event_id?: string; type?: string; data?: unknown; transformation?: string | null;
+}
+
+/** The request a transformation makes of an event; send false: it cancels
+ * the delivery (url and body null). */
+export interface TransformationResult {
+  send: boolean; url: string | null; headers: Record<string, string>; body: string | null;
 }

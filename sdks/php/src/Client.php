@@ -45,6 +45,7 @@ final class Client
         'cancelJob' => ['POST', '/v1/jobs/{id}/cancel', 'cancelJob'],
         'createEventsBulk' => ['POST', '/v1/events/bulk', 'sendEventsBulk'],
         'testEndpointFilter' => ['POST', '/v1/endpoints/{id}/filter/test', 'testEndpointFilter'],
+        'testEndpointTransformation' => ['POST', '/v1/endpoints/{id}/transformation/test', 'testEndpointTransformation'],
         'createPortalSession' => ['POST', '/v1/portal-sessions', 'createPortalSession'],
         'createEventType' => ['POST', '/v1/event-types', 'createEventType'],
         'listEventTypes' => ['GET', '/v1/event-types', 'listEventTypes'],
@@ -349,6 +350,19 @@ final class Client
     {
         return (bool) $this->do('POST', '/v1/endpoints/' . rawurlencode($id) . '/filter/test', body: $test,
             opts: $opts)['match'];
+    }
+
+    /**
+     * POST /v1/endpoints/{id}/transformation/test: the request the endpoint's transformation (or 'transformation',
+     * one to try before saving it; null: none) makes of a past event ('event_id') or a given 'type' and 'data':
+     * {send, url, headers, body}, send false when it cancels. Sends nothing. A script that fails throws the
+     * validation_failed error on the field transformation.
+     * @param array<string, mixed> $test @param Options $opts @return array<string, mixed>
+     */
+    public function testEndpointTransformation(string $id, array $test, array $opts = []): array
+    {
+        return $this->do('POST', '/v1/endpoints/' . rawurlencode($id) . '/transformation/test', body: $test,
+            opts: $opts);
     }
 
     // ---- event-type catalog, portal links

@@ -46,6 +46,7 @@ ROUTES: dict[str, tuple[str, str, str]] = {
     "cancelJob": ("POST", "/v1/jobs/{id}/cancel", "cancel_job"),
     "createEventsBulk": ("POST", "/v1/events/bulk", "send_events_bulk"),
     "testEndpointFilter": ("POST", "/v1/endpoints/{id}/filter/test", "test_endpoint_filter"),
+    "testEndpointTransformation": ("POST", "/v1/endpoints/{id}/transformation/test", "test_endpoint_transformation"),
     "createPortalSession": ("POST", "/v1/portal-sessions", "create_portal_session"),
     "createEventType": ("POST", "/v1/event-types", "create_event_type"),
     "listEventTypes": ("GET", "/v1/event-types", "list_event_types"),
@@ -321,6 +322,24 @@ class Client:
         out = self._do(_Request("POST", f"/v1/endpoints/{_enc(id)}/filter/test", body=body, has_body=True),
                        cancel, timeout)
         return bool(out["match"])
+
+    _UNSET: Any = object()
+
+    def test_endpoint_transformation(self, id: str, *, event_id: str | None = None, type: str | None = None,
+                                     data: Any = None, transformation: Any = _UNSET,
+                                     cancel: threading.Event | None = None,
+                                     timeout: float | None = None) -> dict[str, Any]:
+        """POST /v1/endpoints/{id}/transformation/test: the request the endpoint's transformation (or
+        ``transformation``, one to try before saving it; None: none) makes of a past event or a given type and
+        data, ``{"send", "url", "headers", "body"}`` (``send`` false: it cancels). Sends nothing. A script
+        that fails raises the validation_failed error on the field transformation."""
+        body: dict[str, Any] = {k: v for k, v in {"event_id": event_id, "type": type}.items() if v is not None}
+        if type is not None:
+            body["data"] = data
+        if transformation is not Client._UNSET:
+            body["transformation"] = transformation
+        return self._do(_Request("POST", f"/v1/endpoints/{_enc(id)}/transformation/test", body=body, has_body=True),
+                        cancel, timeout)
 
     # ---- event-type catalog, portal links
 
