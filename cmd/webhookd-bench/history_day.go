@@ -236,12 +236,13 @@ func (d *historyDay) delivery(r *historyRows, projectID, eventID, typ string, ep
 }
 
 // requestHeaders are the headers an attempt was sent with, as wire.Sender
-// records them (signature included: the archive must leave it out).
+// records them, in canonical form (the signature included: the archive
+// must leave it out).
 func (d *historyDay) requestHeaders(eventID, typ, requestID string, number int, at time.Time) []byte {
 	sig := make([]byte, 32)
 	d.entropy.Read(sig)
-	return fmt.Appendf(nil, `{"Content-Type":"application/json","User-Agent":"webhookd/history","webhook-id":%q,`+
-		`"webhook-timestamp":"%d","webhook-signature":"v1,%s","X-Event-Id":%q,"X-Event-Type":%q,`+
+	return fmt.Appendf(nil, `{"Content-Type":"application/json","User-Agent":"webhookd/history","Webhook-Id":%q,`+
+		`"Webhook-Timestamp":"%d","Webhook-Signature":"v1,%s","X-Event-Id":%q,"X-Event-Type":%q,`+
 		`"X-Delivery-Attempt":"%d","X-Request-Id":%q}`,
 		eventID, at.Unix(), base64.StdEncoding.EncodeToString(sig), eventID, typ, number, requestID)
 }

@@ -104,7 +104,7 @@ func TestHistoryGenerator(t *testing.T) {
 		t.Fatalf("list dead-letter deliveries: %d, %v", len(failed), err)
 	}
 	d, err := s.GetDelivery(ctx, projectID, failed[0].ID)
-	if err != nil || len(d.Attempts) != d.AttemptsCount || d.Attempts[0].RequestHeaders["webhook-id"] != d.EventID {
+	if err != nil || len(d.Attempts) != d.AttemptsCount || d.Attempts[0].RequestHeaders["Webhook-Id"] != d.EventID {
 		t.Fatalf("get delivery: %+v, %v", d, err)
 	}
 	dls, _, err := s.ListDeadLetters(ctx, projectID, storage.DeadLetterFilter{}, storage.Page{Limit: 100})
