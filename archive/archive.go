@@ -114,6 +114,7 @@ func Write(ctx context.Context, src Source, dir string, from, to time.Time) (Man
 	if _, err := os.Stat(final); err == nil {
 		return Manifest{}, fmt.Errorf("archive %s: %w", m.ID, ErrExists)
 	}
+	removeStale(dir, m.ID, time.Now())
 	tmp, err := os.MkdirTemp(dir, "."+m.ID+".tmp-")
 	if err != nil {
 		return Manifest{}, fmt.Errorf("archive: %w", err)
@@ -146,6 +147,24 @@ func Write(ctx context.Context, src Source, dir string, from, to time.Time) (Man
 		return Manifest{}, fmt.Errorf("archive %s: %w", m.ID, err)
 	}
 	return m, nil
+}
+
+// staleAfter is how long after its last change a write's temporary
+// directory is taken for one left by a write that crashed: far longer than
+// a write of a day takes.
+const staleAfter = 6 * time.Hour
+
+// removeStale removes the temporary directories of earlier writes of the
+// archive id that crashed, unchanged for staleAfter, so they do not fill
+// the disk. (A write's directory changes when it starts and when it ends,
+// minutes apart.)
+func removeStale(dir, id string, now time.Time) {
+	stale, _ := filepath.Glob(filepath.Join(dir, "."+id+".tmp-*"))
+	for _, p := range stale {
+		if st, err := os.Stat(p); err == nil && st.IsDir() && now.Sub(st.ModTime()) > staleAfter {
+			os.RemoveAll(p)
+		}
+	}
 }
 
 // tableFile is one table's file while it is written: rows go through gzip

@@ -233,14 +233,28 @@ func TestArchiveFailedWriteLeavesNothing(t *testing.T) {
 	if err != nil || len(des) != 0 {
 		t.Fatalf("left behind: %v, %v", des, err)
 	}
-	// A write cut short by a crash leaves its dot-directory: not an archive.
-	if err := os.MkdirAll(filepath.Join(dir, ".20260301T000000Z-20260302T000000Z.tmp-1"), 0o750); err != nil {
+	// A write cut short by a crash leaves its dot-directory: not an archive,
+	// and removed by a later write of the range once it is hours old.
+	stale, fresh := filepath.Join(dir, ".20260301T000000Z-20260302T000000Z.tmp-1"), filepath.Join(dir, ".20260301T000000Z-20260302T000000Z.tmp-2")
+	for _, p := range []string{stale, fresh} {
+		if err := os.MkdirAll(p, 0o750); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chtimes(stale, time.Now().Add(-7*time.Hour), time.Now().Add(-7*time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	if list, err := archive.List(dir, true); err != nil || len(list) != 0 {
 		t.Fatalf("list: %+v, %v", list, err)
 	}
-	if n := metricValue(t, reg, "webhookd_archive_failures_total"); n != 1 {
+	a.Archive(context.Background(), day, day.Add(24*time.Hour))
+	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a stale temporary directory was kept: %v", err)
+	}
+	if _, err := os.Stat(fresh); err != nil {
+		t.Fatalf("a recent temporary directory (a write under way) was removed: %v", err)
+	}
+	if n := metricValue(t, reg, "webhookd_archive_failures_total"); n != 2 {
 		t.Fatalf("failures counted %v", n)
 	}
 	if _, err := a.Archive(context.Background(), day, day); err == nil {
