@@ -72,7 +72,8 @@ func populate(t *testing.T) history {
 	attempt := func(status int) webhookd.Attempt {
 		return webhookd.Attempt{StatusCode: &status, URL: ep.URL, DurationMS: 12,
 			RequestHeaders:  map[string]string{"Content-Type": "application/json", "Webhook-Signature": signature},
-			ResponseHeaders: map[string]string{"Set-Cookie": cookie, "Content-Type": "text/plain"}, ResponseBody: "ok"}
+			ResponseHeaders: map[string]string{"Set-Cookie": cookie, "Content-Type": "text/plain"},
+			ResponseBody:    `{"echo":{"Webhook-Signature":"` + signature + `"}}`} // a receiver that echoes its request
 	}
 	event(day.Add(-time.Minute), "before.day")
 	event(day.Add(24*time.Hour), "after.day")

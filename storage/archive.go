@@ -31,7 +31,8 @@ func archiveHeaders(col string) string {
 //
 // Left out: endpoint secrets, keys, portal tokens and idempotency records
 // (other tables); the signature and credential headers of attempts
-// (secretHeader); an attempt's URL but for its origin (scheme, host and
+// (secretHeader), and the signature wherever a receiver echoed it in its
+// response body; an attempt's URL but for its origin (scheme, host and
 // port), as a chat service's webhook URL carries its token in its path or
 // query — the delivery's endpoint_id names the endpoint, which is all a
 // replay needs; and a delivery's lease and pending-redelivery columns,
@@ -50,7 +51,7 @@ var archiveQueries = map[string]string{
 			'origin', regexp_replace(substring(a.url from '^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*'), '//[^@]*@', '//'),
 			'trigger', a.trigger, 'status_code', a.status_code, 'error', a.error, 'duration_ms', a.duration_ms,
 			'started_at', a.started_at, 'request_headers', ` + archiveHeaders("a.request_headers") + `,
-			'response_headers', ` + archiveHeaders("a.response_headers") + `, 'response_body', a.response_body,
+			'response_headers', ` + archiveHeaders("a.response_headers") + `, 'response_body', replace(a.response_body, coalesce(a.request_headers->>'Webhook-Signature', ''), '[signature removed]'),
 			'trace_id', a.trace_id)::text
 		FROM deliveries d JOIN attempts a ON a.delivery_id = d.id
 		WHERE d.created_at >= $1 AND d.created_at < $2 ORDER BY a.delivery_id, a.number, a.started_at`,
