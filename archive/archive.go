@@ -88,6 +88,13 @@ type Source interface {
 
 var _ Source = (*storage.DB)(nil)
 
+// SourceError is an error of the Source (the database) while Write read
+// the history: it may name hosts and users, so /readyz does not show it.
+type SourceError struct{ Err error }
+
+func (e SourceError) Error() string { return "reading the history: " + e.Err.Error() }
+func (e SourceError) Unwrap() error { return e.Err }
+
 // ErrExists is returned by Write when the directory already holds an
 // archive of the range: an archive is never overwritten.
 var ErrExists = errors.New("an archive of this range already exists")
@@ -208,18 +215,21 @@ func writeFiles(ctx context.Context, src Source, dir string, from, to time.Time)
 		t.gz = gzip.NewWriter(io.MultiWriter(f, t.sum, t.count))
 		tables[table] = t
 	}
+	var writeErr error // what went wrong on our side, if anything
 	err = src.ArchiveRows(ctx, from, to, func(table string, row []byte) error {
 		t, ok := tables[table]
 		if !ok {
-			return fmt.Errorf("rows of an unknown table %q", table)
+			writeErr = fmt.Errorf("rows of an unknown table %q", table)
+		} else if err := t.write(row); err != nil {
+			writeErr = fmt.Errorf("%s: %w", fileName(table), err)
 		}
-		if err := t.write(row); err != nil {
-			return fmt.Errorf("%s: %w", fileName(table), err)
-		}
-		return nil
+		return writeErr
 	})
-	if err != nil {
-		return nil, err
+	switch {
+	case writeErr != nil:
+		return nil, writeErr
+	case err != nil:
+		return nil, SourceError{err}
 	}
 	files := make([]File, 0, len(tables))
 	for _, table := range storage.ArchiveTables {

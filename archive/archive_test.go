@@ -234,6 +234,12 @@ func TestArchiveFailedWriteLeavesNothing(t *testing.T) {
 	if err != nil || len(des) != 0 {
 		t.Fatalf("left behind: %v, %v", des, err)
 	}
+	// /readyz says it fails, without the database's own words (they may
+	// name a host): those are in the log.
+	if s := a.Status(); s.State != "failing" || s.Since.IsZero() || strings.Contains(s.Error, "connection reset") ||
+		!strings.Contains(s.Error, "database") {
+		t.Fatalf("status %+v", s)
+	}
 	// A write cut short by a crash leaves its dot-directory: not an archive,
 	// and removed by a later write of the range once it is hours old.
 	stale, fresh := filepath.Join(dir, ".20260301T000000Z-20260302T000000Z.tmp-1"), filepath.Join(dir, ".20260301T000000Z-20260302T000000Z.tmp-2")
@@ -274,6 +280,9 @@ func TestArchiverSuccess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if s := a.Status(); s.State != "idle" || !s.Since.IsZero() {
+		t.Fatalf("status before a write: %+v", s)
+	}
 	for range 2 {
 		m, err := a.Archive(context.Background(), day, day.Add(24*time.Hour))
 		if err != nil || m.Rows("deliveries") != 2 {
@@ -285,6 +294,9 @@ func TestArchiverSuccess(t *testing.T) {
 	}
 	if n := metricValue(t, reg, "webhookd_archive_failures_total"); n != 0 {
 		t.Fatalf("failures %v", n)
+	}
+	if s := a.Status(); s.State != "ok" || s.Error != "" {
+		t.Fatalf("status after a write: %+v", s)
 	}
 }
 

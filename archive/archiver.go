@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -44,12 +45,46 @@ func (c Config) Validate() error {
 }
 
 // Archiver writes verified archives into its directory and says how that
-// went, in the log and the metrics: what the retention job calls before
+// went, in the log, the metrics and Status (/readyz): what the retention job calls before
 // it drops a range, and watches to keep the range when the write fails.
 type Archiver struct {
 	cfg         Config
 	failures    prometheus.Counter
 	lastSuccess prometheus.Gauge
+
+	mu     sync.Mutex
+	status Status
+}
+
+// Status is how the Archiver's last write went, for /readyz.
+type Status struct {
+	State string    // idle (nothing written yet), ok or failing
+	Since time.Time // when State last changed; zero while idle
+	Error string    // why the last write failed, naming no host or user (a database error is in the log only); "" unless failing
+}
+
+// Status returns how the last write went.
+func (a *Archiver) Status() Status {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.status
+}
+
+// setStatus records the outcome of a write.
+func (a *Archiver) setStatus(err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	state, msg := "ok", ""
+	if err != nil {
+		state, msg = "failing", err.Error()
+		if errors.As(err, new(SourceError)) {
+			msg = "cannot read the history from the database (the log says why)"
+		}
+	}
+	if a.status.State != state {
+		a.status.Since = time.Now().UTC()
+	}
+	a.status.State, a.status.Error = state, msg
 }
 
 // NewArchiver returns an Archiver with its metrics registered.
@@ -58,7 +93,7 @@ func NewArchiver(cfg Config) (*Archiver, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	a := &Archiver{cfg: cfg,
+	a := &Archiver{cfg: cfg, status: Status{State: "idle"},
 		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "webhookd_archive_failures_total",
 			Help: "Archive writes (WEBHOOKD_ARCHIVE_DIR) that failed; the range they were for is kept."}),
 		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{Name: "webhookd_archive_last_success_timestamp_seconds",
@@ -87,6 +122,7 @@ func (a *Archiver) Archive(ctx context.Context, from, to time.Time) (Manifest, e
 	if errors.Is(err, ErrExists) {
 		m, err = a.existing(ID(from, to))
 	}
+	a.setStatus(err)
 	if err != nil {
 		a.failures.Inc()
 		a.cfg.Logger.Error("archive write failed; the range is kept", "from", from.UTC(), "to", to.UTC(),

@@ -72,11 +72,15 @@ func TestArchiveShowAndReplay(t *testing.T) {
 	if err != nil || am.Rows("dead_letters") != 1 {
 		t.Fatalf("archive: %+v, %v", am, err)
 	}
-	// The write is in the process's metrics, beside the others.
+	// The write is in the process's metrics, beside the others, and in
+	// /readyz.
 	if s := scrape(t, m.OpsAddr); s["webhookd_archive_last_success_timestamp_seconds"] < float64(day.Unix()) ||
 		s["webhookd_archive_failures_total"] != 0 {
 		t.Fatalf("archive metrics: last success %v, failures %v", s["webhookd_archive_last_success_timestamp_seconds"],
 			s["webhookd_archive_failures_total"])
+	}
+	if code, _, body := get(t, "http://"+m.OpsAddr+"/readyz"); code != 200 || !strings.Contains(body, `"archive":{"status":"ok","since":"`) {
+		t.Fatalf("/readyz after an archive: %d %s", code, body)
 	}
 	mu.Lock()
 	answer = 200

@@ -259,6 +259,9 @@ func (m *Main) openArchiver() error {
 		return fmt.Errorf("WEBHOOKD_ARCHIVE_DIR: %w", err)
 	}
 	m.Archiver = a
+	if m.health != nil {
+		m.health.archive = a.Status
+	}
 	m.Logger.Info("archive directory set", "dir", a.Dir())
 	return nil
 }
