@@ -316,3 +316,27 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Fatalf("no metric %s", name)
 	return 0
 }
+
+// TestArchiveFindsTheEventInItsOwnArchive: a delivery made on the day after
+// its event (as a range's end can fall between them) is found with its
+// event, from the archive of the event's day.
+func TestArchiveFindsTheEventInItsOwnArchive(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h := populate(t)
+	next := day.Add(24 * time.Hour)
+	if _, err := h.db.Pool().Exec(ctx, `UPDATE deliveries SET created_at = $2::timestamptz, updated_at = $2::timestamptz + interval '1 minute' WHERE id = $1`,
+		h.succeeded, next.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for _, from := range []time.Time{day, next} {
+		if _, err := archive.Write(ctx, h.db, dir, from, from.Add(24*time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := archive.Find(dir, h.succeeded)
+	if err != nil || r.Archive != archive.ID(next, next.Add(24*time.Hour)) || r.Event == nil || len(r.Attempts) != 2 {
+		t.Fatalf("find %s: %+v, %v", h.succeeded, r, err)
+	}
+}

@@ -91,8 +91,9 @@ type ids struct {
 
 // completeRecord fills in what goes with the row found in table of e: the
 // delivery, its dead letter and attempts (which are always in the same
-// archive as their delivery), and its event (in the same archive unless
-// the event was made on the other side of a range's end).
+// archive as their delivery), and its event: in the same archive, or else
+// first in the one whose range holds the event id's time, then in the
+// others.
 func completeRecord(e Entry, all []Entry, table string, row []byte) (Record, error) {
 	r := Record{Archive: e.Manifest.ID, Attempts: []json.RawMessage{}}
 	var found ids
@@ -138,10 +139,19 @@ func completeRecord(e Entry, all []Entry, table string, row []byte) (Record, err
 	if err != nil {
 		return r, fmt.Errorf("archive %s: %w", e.Manifest.ID, err)
 	}
-	for _, other := range append([]Entry{e}, all...) {
-		if other.Err != nil {
-			continue
+	candidates := []Entry{e}
+	var at time.Time
+	if u, err := ulid.ParseStrict(strings.TrimPrefix(d.EventID, "evt_")); err == nil {
+		at = ulid.Time(u.Time())
+	}
+	for _, first := range []bool{true, false} {
+		for _, other := range all {
+			if covers(other, at) == first && other.Dir != e.Dir && other.Err == nil {
+				candidates = append(candidates, other)
+			}
 		}
+	}
+	for _, other := range candidates {
 		ev, err := findRow(other.Dir, "events", "id", d.EventID)
 		if err != nil {
 			return r, err
