@@ -340,3 +340,38 @@ func TestArchiveFindsTheEventInItsOwnArchive(t *testing.T) {
 		t.Fatalf("find %s: %+v, %v", h.succeeded, r, err)
 	}
 }
+
+// rowsSource gives fixed rows, as a database would.
+type rowsSource map[string][]string
+
+func (s rowsSource) ArchiveRows(_ context.Context, _, _ time.Time, fn func(string, []byte) error) error {
+	for _, table := range []string{"events", "deliveries", "attempts", "dead_letters"} {
+		for _, row := range s[table] {
+			if err := fn(table, []byte(row)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// TestArchiveLongRows: a row longer than any buffer (an event of 300 KiB
+// of data, as a raised WEBHOOKD_MAX_PAYLOAD_BYTES allows) is written,
+// verified and found whole.
+func TestArchiveLongRows(t *testing.T) {
+	t.Parallel()
+	big := strings.Repeat("x", 300<<10)
+	src := rowsSource{
+		"events":     {`{"id":"evt_01M91J67E1SK4AK6ZT5SVG7JBG","data":{"s":"` + big + `"}}`},
+		"deliveries": {`{"id":"dlv_01M91J67E1SK4AK6ZT5WQB41C4","event_id":"evt_01M91J67E1SK4AK6ZT5SVG7JBG"}`},
+	}
+	dir := t.TempDir()
+	m, err := archive.Write(context.Background(), src, dir, day, day.Add(24*time.Hour))
+	if err != nil || m.Rows("events") != 1 || m.Rows("attempts") != 0 {
+		t.Fatalf("write: %+v, %v", m, err)
+	}
+	r, err := archive.Find(dir, "dlv_01M91J67E1SK4AK6ZT5WQB41C4")
+	if err != nil || len(r.Event) != len(src["events"][0]) || len(r.Attempts) != 0 || r.DeadLetter != nil {
+		t.Fatalf("find: %d bytes of event, %v", len(r.Event), err)
+	}
+}
