@@ -7,6 +7,9 @@
 // database, Redis and webhookd, beside a measurement of asynq's own no-op
 // throughput on the same machine, and writes the medians to BENCHMARKS.md.
 //
+// `webhookd-bench chaos` is the chaos soak (chaos.go); `webhookd-bench
+// history` fills a database with days of generated history (history.go).
+//
 // Exit status: 0 when everything was measured (missed targets included),
 // 1 when a measurement failed, 2 on bad flags, 3 with -strict when a target
 // was missed (or, with -baseline, a figure was more than 10% worse than the
@@ -39,6 +42,9 @@ func main() {
 func run(args []string) int {
 	if len(args) > 0 && args[0] == "chaos" {
 		return runChaos(args[1:])
+	}
+	if len(args) > 0 && args[0] == "history" {
+		return runHistory(args[1:])
 	}
 	o := &Options{}
 	fs := flag.NewFlagSet("webhookd-bench", flag.ContinueOnError)

@@ -15,12 +15,19 @@ type storeMark struct {
 	table, index int64
 }
 
-// historyTables are the tables that grow with every delivery; partitioned
-// or not, pg_partition_tree lists their leaves (a plain table is its own).
-const historyTables = `SELECT relid FROM pg_partition_tree('events') WHERE isleaf
-	UNION ALL SELECT relid FROM pg_partition_tree('deliveries') WHERE isleaf
-	UNION ALL SELECT relid FROM pg_partition_tree('attempts') WHERE isleaf
-	UNION ALL SELECT relid FROM pg_partition_tree('dead_letters') WHERE isleaf`
+// historyTables are the tables that grow with every delivery, partitioned
+// or not: the leaves of each one's partition tree, or the table itself.
+var historyTables = leavesOf("'events'") + " UNION ALL " + leavesOf("'deliveries'") + " UNION ALL " +
+	leavesOf("'attempts'") + " UNION ALL " + leavesOf("'dead_letters'")
+
+// leavesOf is a query of the relids that hold the rows of the table that
+// the SQL expression table names: the leaves of its partition tree, or,
+// for a plain table, the table itself (PostgreSQL 15's pg_partition_tree
+// lists nothing for a table that is not partitioned).
+func leavesOf(table string) string {
+	return `SELECT relid FROM pg_partition_tree(` + table + `) WHERE isleaf
+		UNION ALL SELECT ` + table + `::regclass WHERE NOT EXISTS (SELECT FROM pg_partition_tree(` + table + `))`
+}
 
 // markStore reads the mark of the database at url, after a checkpoint:
 // the first change of a page after a checkpoint writes the whole page to

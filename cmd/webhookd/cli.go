@@ -50,7 +50,7 @@ var (
 	workerSettings = []string{"database-url", "database-max-conns", "redis-url", "dashboard-addr", "encryption-key",
 		"allow-private-networks", "retry-schedule", "connect-timeout", "response-timeout", "retention",
 		"worker-concurrency", "endpoint-initial-limit", "circuit-after", "circuit-probes", "endpoint-disable-after",
-		"reconcile-interval", "transform-timeout", "drain-timeout", "outbox-sources", "log-level", "log-format"}
+		"reconcile-interval", "transform-timeout", "drain-timeout", "outbox-sources", "archive-dir", "log-level", "log-format"}
 	allSettings = func() []string {
 		var all []string
 		for _, s := range settings {
@@ -110,6 +110,22 @@ var commands = []*command{
 			"every try of one run sends the same Idempotency-Key. An --external-id sent before is the same event:\n" +
 			"send prints that event's id, says on stderr that nothing new was sent, and exits 0.",
 		setup: sendSetup},
+	{name: "archive list",
+		summary: "the archives in WEBHOOKD_ARCHIVE_DIR: range, rows, size, and whether each verifies\n(exit 1 when one does not)",
+		about: "Each archive is checked against its manifest: every file's size, SHA-256 and row count. Archives\n" +
+			"are written by the retention job before it drops history; nothing here needs the database.",
+		settings: archiveSettings, setup: archiveList},
+	{name: "archive show", args: "DELIVERY_ID|DEAD_LETTER_ID", nargs: [2]int{1, 1},
+		summary: "an archived delivery (by its id or its dead letter's) with its event, attempts and\ndead letter, as JSON, from the archive alone",
+		about: "It reads the archive whose range holds the id's time first, then the others. An id no archive\n" +
+			"holds exits 1; an id that is neither dlv_... nor dl_... exits 2.",
+		settings: archiveSettings, setup: archiveShow},
+	{name: "archive replay", args: "DEAD_LETTER_ID", nargs: [2]int{1, 1},
+		summary: "send an archived dead letter's event again to its endpoint, as a new event through the API\n(WEBHOOKD_API_URL, WEBHOOKD_API_KEY); prints the new event and delivery",
+		about: "The event's type and data go to POST /v1/events with endpoint_ids [the endpoint] and the\n" +
+			"Idempotency-Key archive-replay-DEAD_LETTER_ID, so a second run sends nothing new (within the\n" +
+			"project's idempotency TTL). An endpoint that no longer exists or is disabled exits 1, nothing sent.",
+		settings: archiveSettings, setup: archiveReplaySetup},
 	{name: "listen", args: "--forward-to URL [--endpoint NAME] [--events TYPE,...]",
 		summary: "forward the deliveries of the relay endpoint relay://NAME to a local URL\n(WEBHOOKD_API_URL, WEBHOOKD_API_KEY); one line per delivery",
 		about: "It makes the endpoint relay://NAME (NAME defaults to listen) or reuses it, subscribed to --events\n" +

@@ -47,6 +47,7 @@ type Config struct {
 	PortalBaseURL        string        // WEBHOOKD_PORTAL_BASE_URL; the dashboard's address: where portal links point
 	PortalFrameAncestors string        // WEBHOOKD_PORTAL_FRAME_ANCESTORS; none: origins that may frame the portal
 	OutboxSources        string        // WEBHOOKD_OUTBOX_SOURCES; none: space-separated PROJECT=DATABASE_URL whose webhookd_outbox the workers move
+	ArchiveDir           string        // WEBHOOKD_ARCHIVE_DIR; none: nothing is archived (the directory of archives, SPEC §4)
 }
 
 // trustedProxies parses TrustedProxies; Validate reports its errors.
@@ -207,6 +208,7 @@ var settings = []setting{
 	{"portal-base-url", "WEBHOOKD_PORTAL_BASE_URL", plain, "where portal links point (`URL`; default: the dashboard's address)", func(c *Config) any { return &c.PortalBaseURL }},
 	{"portal-frame-ancestors", "WEBHOOKD_PORTAL_FRAME_ANCESTORS", plain, "origins, comma-separated, whose pages may frame the portal (`LIST`)", func(c *Config) any { return &c.PortalFrameAncestors }},
 	{"outbox-sources", "WEBHOOKD_OUTBOX_SOURCES", secret, "service databases whose webhookd_outbox the worker moves: space-separated `PROJECT=DATABASE_URL` entries", func(c *Config) any { return &c.OutboxSources }},
+	{"archive-dir", "WEBHOOKD_ARCHIVE_DIR", plain, "`DIR` of the archives of history kept past retention, which webhookd archive reads (none: no archive)", func(c *Config) any { return &c.ArchiveDir }},
 	{"log-level", "WEBHOOKD_LOG_LEVEL", plain, "`LEVEL`: debug, info, warn or error", func(c *Config) any { return &c.LogLevel }},
 	{"log-format", "WEBHOOKD_LOG_FORMAT", plain, "`FORMAT`: json or text (default: JSON lines, text on a terminal)", func(c *Config) any { return &c.LogFormat }},
 }

@@ -2,9 +2,10 @@
 // runs the API (serve), the delivery worker (worker), both with the
 // dashboard (all), migrations (migrate), API keys (keys create, list,
 // revoke), the re-encryption of stored secrets (secrets reseal),
-// sending one event through the Go client (send), and the forwarding of a relay
-// endpoint's deliveries to a local receiver (listen). cli.go holds the table
-// of commands that their help and parsing come from.
+// sending one event through the Go client (send), the forwarding of a relay
+// endpoint's deliveries to a local receiver (listen), and reading and
+// replaying archived history (archive list, show, replay). cli.go holds the
+// table of commands that their help and parsing come from.
 package main
 
 import (

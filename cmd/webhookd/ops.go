@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/webhookd/webhookd/archive"
 	"github.com/webhookd/webhookd/outbox"
 	"github.com/webhookd/webhookd/storage"
 )
@@ -60,10 +61,13 @@ type health struct {
 	// outbox, when set (a worker with WEBHOOKD_OUTBOX_SOURCES), is the
 	// relay's Status, shown per source by /readyz.
 	outbox func() []outbox.SourceStatus
-	log    *slog.Logger
-	up     *prometheus.Desc
-	mu     sync.Mutex
-	wasBad map[string]bool
+	// archive, when set (a worker with WEBHOOKD_ARCHIVE_DIR), is the
+	// Archiver's Status, shown by /readyz.
+	archive func() archive.Status
+	log     *slog.Logger
+	up      *prometheus.Desc
+	mu      sync.Mutex
+	wasBad  map[string]bool
 }
 
 func newHealth(db *storage.DB, rdb redis.UniversalClient, log *slog.Logger) *health {
@@ -117,6 +121,16 @@ type readiness struct {
 	// Outbox is each outbox source's last poll or move, by name
 	// (outbox.SourceStatus); absent without sources.
 	Outbox map[string]outboxReadiness `json:"outbox,omitempty"`
+	// Archive is how the last archive write went; absent without
+	// WEBHOOKD_ARCHIVE_DIR.
+	Archive *archiveReadiness `json:"archive,omitempty"`
+}
+
+// archiveReadiness is the archive's last write in /readyz.
+type archiveReadiness struct {
+	Status string     `json:"status"` // idle (none yet), ok or failing
+	Since  *time.Time `json:"since"`  // when status last changed; null while idle
+	Error  *string    `json:"error"`  // why the last write failed; null unless failing
 }
 
 // outboxReadiness is one outbox source in /readyz.
@@ -128,9 +142,10 @@ type outboxReadiness struct {
 
 // serveReadyz answers 200 when PostgreSQL and Redis answer, else 503 with
 // Retry-After, naming what is down. It also shows each outbox source's
-// state, which does not change the answer: a service's database being down
-// stops only its own rows, and must not take an API that keeps accepting
-// events out of its load balancer.
+// state, and the archive's last write, neither of which changes the
+// answer: a service's database being down stops only its own rows, and a
+// failed archive keeps its range; neither must take a process that keeps
+// working out of its load balancer.
 func (h *health) serveReadyz(w http.ResponseWriter, r *http.Request) {
 	body := readiness{Status: "ok", Checks: h.check(r.Context())}
 	if h.outbox != nil {
@@ -141,6 +156,16 @@ func (h *health) serveReadyz(w http.ResponseWriter, r *http.Request) {
 				o.Error = &s.Error
 			}
 			body.Outbox[s.Name] = o
+		}
+	}
+	if h.archive != nil {
+		s := h.archive()
+		body.Archive = &archiveReadiness{Status: s.State}
+		if !s.Since.IsZero() {
+			body.Archive.Since = &s.Since
+		}
+		if s.Error != "" {
+			body.Archive.Error = &s.Error
 		}
 	}
 	status := http.StatusOK

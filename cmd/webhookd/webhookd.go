@@ -18,6 +18,7 @@ import (
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/api"
+	"github.com/webhookd/webhookd/archive"
 	"github.com/webhookd/webhookd/bulk"
 	"github.com/webhookd/webhookd/dashboard"
 	"github.com/webhookd/webhookd/deadletter"
@@ -69,9 +70,15 @@ type Main struct {
 	Queue     *dispatcher.Queue
 	// Outbox moves the outboxes of WEBHOOKD_OUTBOX_SOURCES beside the
 	// worker; nil without sources.
-	Outbox  *outbox.Relay
-	APIAddr string // the API's bound address once started
-	OpsAddr string // the ops listener's bound address once started
+	Outbox *outbox.Relay
+	// Archiver writes history to WEBHOOKD_ARCHIVE_DIR, counting failed
+	// writes in the process's metrics: for the retention job to call
+	// before it drops a range (the partitioned retention of issue 34; the
+	// row-by-row purge does not call it). Nil without the setting, or
+	// outside a worker.
+	Archiver *archive.Archiver
+	APIAddr  string // the API's bound address once started
+	OpsAddr  string // the ops listener's bound address once started
 
 	servers []*listener
 	health  *health
@@ -211,6 +218,9 @@ func (m *Main) Start(ctx context.Context, roles Roles) error {
 		if err := m.startOutbox(ctx); err != nil {
 			return err
 		}
+		if err := m.openArchiver(); err != nil {
+			return err
+		}
 	}
 	if roles.API {
 		proxies, err := m.Config.trustedProxies()
@@ -235,6 +245,25 @@ func (m *Main) Start(ctx context.Context, roles Roles) error {
 	if roles.Ops {
 		return m.startOps(!roles.NoDashboard)
 	}
+	return nil
+}
+
+// openArchiver makes the Archiver of WEBHOOKD_ARCHIVE_DIR, its metrics
+// (webhookd_archive_failures_total, webhookd_archive_last_success_timestamp_seconds)
+// on the process's registry.
+func (m *Main) openArchiver() error {
+	if m.Config.ArchiveDir == "" || m.Archiver != nil {
+		return nil
+	}
+	a, err := archive.NewArchiver(archive.Config{Dir: m.Config.ArchiveDir, Source: m.DB, Logger: m.Logger, Metrics: m.Registry})
+	if err != nil {
+		return fmt.Errorf("WEBHOOKD_ARCHIVE_DIR: %w", err)
+	}
+	m.Archiver = a
+	if m.health != nil {
+		m.health.archive = a.Status
+	}
+	m.Logger.Info("archive directory set", "dir", a.Dir())
 	return nil
 }
 
