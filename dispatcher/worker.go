@@ -287,7 +287,9 @@ func (w *Worker) Start(ctx context.Context) error {
 	d.holder.holds = newBatcher(256, 1, batchLinger, 30*time.Second, func(ctx context.Context, hs []storage.Hold) ([]bool, error) {
 		return make([]bool, len(hs)), d.db.HoldBack(ctx, d.clock.Now(), hs)
 	})
-	d.holder.nexts = newBatcher(256, 1, claimLinger, 30*time.Second, d.holder.nextAll)
+	// No linger: a hand-on's slot is idle until its delivery is claimed, and
+	// the hand-ons that come while a flush runs travel in the next anyway.
+	d.holder.nexts = newBatcher(256, 1, 0, 30*time.Second, d.holder.nextAll)
 	w.background = ctx
 	mux := asynq.NewServeMux()
 	mux.HandleFunc(TaskDelivery, w.handleDelivery)

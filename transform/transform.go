@@ -120,10 +120,10 @@ const maxIdle = 4
 
 // loaded is a runtime that ran the guards and a script.
 type loaded struct {
-	vm             *goja.Runtime
-	handler, parse goja.Callable
-	stringify      goja.Callable
-	budget         *time.Timer
+	vm        *goja.Runtime
+	handler   goja.Callable
+	stringify goja.Callable
+	budget    *time.Timer
 }
 
 // NewEngine returns an Engine.
@@ -165,7 +165,7 @@ func (e *Engine) Run(ctx context.Context, key, src string, w Webhook) (Result, e
 	}
 	var res Result
 	err = e.within(ctx, l.vm, func() error {
-		payload, err := l.parse(goja.Undefined(), l.vm.ToValue(string(w.Payload)))
+		payload, err := parseJSON(l.vm, w.Payload)
 		if err != nil {
 			return fail("the payload is not JSON")
 		}
@@ -247,7 +247,6 @@ func (e *Engine) load(ctx context.Context, src string) (*loaded, error) {
 			return fail("the script must define function handler(webhook)")
 		}
 		json := vm.Get("JSON").ToObject(vm)
-		l.parse, _ = goja.AssertFunction(json.Get("parse"))
 		l.stringify, _ = goja.AssertFunction(json.Get("stringify"))
 		return nil
 	})
