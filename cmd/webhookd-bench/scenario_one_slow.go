@@ -20,19 +20,31 @@ var oneSlowScenario = scenario{
 	Run: runOneSlow,
 }
 
-func runOneSlow(ctx context.Context, o *Options, seq int) (result, error) {
+// oneSlowName is the one endpoint's name in both one-slow scenarios.
+const oneSlowName = "one-slow"
+
+// startOneSlow starts webhookd with the one endpoint answering after
+// slowDelay, and a poster of events to it.
+func startOneSlow(ctx context.Context, o *Options, seq int) (*stack, poster, error) {
 	s, err := startStack(ctx, o, seq)
+	if err != nil {
+		return nil, poster{}, err
+	}
+	if _, err := s.createEndpoints(ctx, []endpoint{{name: oneSlowName, behaviour: slow, eventType: "bench.one-slow"}}); err != nil {
+		s.Close()
+		return nil, poster{}, err
+	}
+	return s, poster{api: s.api, ledger: &ledger{}, targets: []string{oneSlowName},
+		make: func(i int) eventIn { return eventIn{Type: "bench.one-slow", Data: map[string]int{"n": i}} }}, nil
+}
+
+func runOneSlow(ctx context.Context, o *Options, seq int) (result, error) {
+	s, p, err := startOneSlow(ctx, o, seq)
 	if err != nil {
 		return result{}, err
 	}
 	defer s.Close()
-	const name = "one-slow"
-	if _, err := s.createEndpoints(ctx, []endpoint{{name: name, behaviour: slow, eventType: "bench.one-slow"}}); err != nil {
-		return result{}, err
-	}
-	l := &ledger{}
-	p := poster{api: s.api, ledger: l, targets: []string{name},
-		make: func(i int) eventIn { return eventIn{Type: "bench.one-slow", Data: map[string]int{"n": i}} }}
+	name, l := oneSlowName, p.ledger
 	sampler := sampleInFlight(s.recv, name)
 	if err := p.Batches(ctx, o.OneSlowEvents, slowBatch, 4); err != nil {
 		sampler.Stop()
@@ -72,17 +84,12 @@ var oneSlowSingleScenario = scenario{
 }
 
 func runOneSlowSingle(ctx context.Context, o *Options, seq int) (result, error) {
-	s, err := startStack(ctx, o, seq)
+	s, p, err := startOneSlow(ctx, o, seq)
 	if err != nil {
 		return result{}, err
 	}
 	defer s.Close()
-	const name = "one-slow"
-	if _, err := s.createEndpoints(ctx, []endpoint{{name: name, behaviour: slow, eventType: "bench.one-slow"}}); err != nil {
-		return result{}, err
-	}
-	p := poster{api: s.api, ledger: &ledger{}, targets: []string{name},
-		make: func(i int) eventIn { return eventIn{Type: "bench.one-slow", Data: map[string]int{"n": i}} }}
+	name := oneSlowName
 	sampler := sampleInFlight(s.recv, name)
 	_, took, err := postSingles(ctx, p, o.OneSlowSingles, o.IngestClients)
 	if err != nil {

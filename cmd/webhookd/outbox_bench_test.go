@@ -27,6 +27,43 @@ type outboxLatency struct {
 // rows at once in the benchmarks.
 const outboxInserters = 8
 
+// commitOutboxRows starts outboxInserters connections of pool, each
+// committing one transaction for every number next hands it, with the
+// outbox rows {"n": from..to-1} that span names, then calling done (if
+// any). Wait on what it returns once next is closed.
+func commitOutboxRows(tb testing.TB, pool *pgxpool.Pool, next <-chan int, span func(int) (from, to int), done func(int)) *sync.WaitGroup {
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for range outboxInserters {
+		wg.Go(func() {
+			for i := range next { // after a failure too: the sender must not block
+				from, to := span(i)
+				if err := commitSpan(ctx, pool, from, to); err != nil {
+					tb.Error(err)
+				} else if done != nil {
+					done(i)
+				}
+			}
+		})
+	}
+	return &wg
+}
+
+// commitSpan commits the outbox rows {"n": from..to-1} in one transaction.
+func commitSpan(ctx context.Context, pool *pgxpool.Pool, from, to int) error {
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx)
+	for ; from < to; from++ {
+		if err := client.Outbox(ctx, tx, client.OutboxEvent{Type: "order.created", Data: map[string]int{"n": from}}); err != nil {
+			return err
+		}
+	}
+	return tx.Commit(ctx)
+}
+
 // measureOutboxLatency runs `webhookd all` with one outbox source and one
 // subscribed receiver, commits rows one per transaction at rate rows a
 // second over outboxInserters connections, and measures COMMIT to first attempt for each (issue 35's
@@ -67,27 +104,8 @@ func measureOutboxLatency(tb testing.TB, rows, rate int) outboxLatency {
 	// connection commits one row a millisecond or so at best).
 	committed := make([]time.Time, rows)
 	next := make(chan int)
-	var inserters sync.WaitGroup
-	for range outboxInserters {
-		inserters.Go(func() {
-			for i := range next {
-				tx, err := pool.Begin(ctx)
-				if err != nil {
-					tb.Error(err)
-					return
-				}
-				if err := client.Outbox(ctx, tx, client.OutboxEvent{Type: "order.created", Data: map[string]int{"n": i}}); err != nil {
-					tb.Error(err)
-					return
-				}
-				if err := tx.Commit(ctx); err != nil {
-					tb.Error(err)
-					return
-				}
-				committed[i] = time.Now()
-			}
-		})
-	}
+	inserters := commitOutboxRows(tb, pool, next, func(i int) (int, int) { return i, i + 1 },
+		func(i int) { committed[i] = time.Now() })
 	tick := time.NewTicker(time.Second / time.Duration(rate))
 	defer tick.Stop()
 	start := time.Now()
@@ -162,28 +180,7 @@ func BenchmarkOutboxSustained(b *testing.B) {
 	b.Cleanup(pool.Close)
 	const perTx = 10
 	next := make(chan int)
-	var inserters sync.WaitGroup
-	for range outboxInserters {
-		inserters.Go(func() {
-			for first := range next {
-				tx, err := pool.Begin(ctx)
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				for i := first; i < min(first+perTx, rows); i++ {
-					if err := client.Outbox(ctx, tx, client.OutboxEvent{Type: "order.created", Data: map[string]int{"n": i}}); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-				if err := tx.Commit(ctx); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
-	}
+	inserters := commitOutboxRows(b, pool, next, func(first int) (int, int) { return first, min(first+perTx, rows) }, nil)
 	b.ResetTimer()
 	start := time.Now()
 	for first := 0; first < rows; first += perTx {
