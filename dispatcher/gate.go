@@ -49,7 +49,6 @@ type endpointState struct {
 	// it on to the longest-held one (Deliverer.handOn), and is no new
 	// arrival's to take meanwhile.
 	reserved int
-	kept     time.Time     // when release last reserved a slot: none frees for a waiter while slots are handed on
 	latency  time.Duration // a moving average of its request time, once one was seen
 	measured bool
 	lastFree time.Time     // when a slot last freed (or its first was taken)
@@ -118,9 +117,6 @@ func (g *gate) admit(ep string) bool {
 		}
 		if stalled := now.Sub(s.lastFree); stalled > lat {
 			lat = stalled // no slot freed for longer than it takes: slow or hanging now
-		}
-		if now.Sub(s.kept) < max(lat, g.wait) {
-			return false // its slots go to held deliveries (release with keep): none would free for a waiter
 		}
 		if s.admitted >= int(int64(c)*int64(g.wait)/int64(lat)) {
 			return false
@@ -227,7 +223,6 @@ func (g *gate) release(ep string, took time.Duration, sig signal, keep bool) (ke
 	}
 	if keep && s.inFlight+s.reserved < g.capOf(s) {
 		s.reserved++
-		s.kept = now
 		g.mu.Unlock()
 		return true
 	}

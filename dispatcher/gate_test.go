@@ -189,28 +189,3 @@ func TestGateReservesAKeptSlot(t *testing.T) {
 		t.Fatal("a slot over the limit was kept")
 	}
 }
-
-// TestGateAdmitsNoWaiterWhileSlotsAreHandedOn: an endpoint whose slots are
-// kept for held deliveries admits no attempt to wait for one (it would
-// wait its whole wait for nothing, its delivery claimed meanwhile).
-func TestGateAdmitsNoWaiterWhileSlotsAreHandedOn(t *testing.T) {
-	ctx := context.Background()
-	now := time.Now()
-	g := newGate(2, 100*time.Millisecond)
-	g.now = func() time.Time { return now }
-	for range 2 {
-		if !g.admit("ep") || !g.acquire(ctx, "ep") {
-			t.Fatal("a free slot was refused")
-		}
-	}
-	g.release("ep", time.Millisecond, signalNone, true)
-	g.takeReserved("ep")
-	if g.admit("ep") {
-		t.Fatal("an attempt was admitted to wait for a slot that is being handed on")
-	}
-	now = now.Add(time.Second) // nothing kept for a while, and a slot frees: waiters again
-	g.release("ep", time.Millisecond, signalNone, false)
-	if !g.admit("ep") || !g.acquire(ctx, "ep") || !g.admit("ep") {
-		t.Fatal("no waiter admitted at a fast endpoint whose slots are no longer handed on")
-	}
-}
