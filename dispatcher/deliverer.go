@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-redis/redis_rate/v10"
@@ -49,7 +48,6 @@ type Deliverer struct {
 	tracer         *tracing.Tracer   // nil: tracing off
 	relays         Relays            // nil: no relay has a listener
 	transforms     *transform.Engine // runs endpoints' transformations
-	closing        atomic.Bool       // the worker is stopping: attempts hand no slot on (handOn)
 }
 
 // Relays tells whether a relay endpoint (relay://NAME of a project) has a
@@ -87,9 +85,6 @@ type Result struct {
 	// turn is the ordered endpoint whose queue this attempt moved on (its
 	// delivery left the queue): the next delivery's turn has come.
 	turn string
-	// handOn is the endpoint whose slot this attempt kept for the
-	// endpoint's longest-held delivery (Deliverer.handOn).
-	handOn string
 }
 
 // Request names the attempt to make.
@@ -108,9 +103,6 @@ type Request struct {
 	// the attempt is skipped if it was served already.
 	RequestID string
 	By        string // who asked, for manual attempts and replays
-	// reserved: the attempt has a slot of EndpointID already, handed on
-	// by the attempt before it (Deliverer.handOn).
-	reserved bool
 	// chained: the next delivery of an ordered endpoint's queue, attempted
 	// by the attempt before it (passTurn). Its claim and record go
 	// straight to PostgreSQL: a queue's attempts are one at a time, so
@@ -165,24 +157,16 @@ func (d *Deliverer) Attempt(ctx context.Context, r Request) (Result, error) {
 	if res.turn != "" {
 		d.passTurn(ctx, res.turn)
 	}
-	if res.handOn != "" {
-		d.handOn(ctx, res.handOn)
-	}
 	return res, err
 }
 
-func (d *Deliverer) attempt(ctx context.Context, r Request) (res Result, err error) {
+func (d *Deliverer) attempt(ctx context.Context, r Request) (Result, error) {
 	auto := r.kind() == KindAuto
 	rateChecked := false
 	// The endpoint's cap counts requests in flight: a slot is held from
-	// acquire (or await) until the response is in, or kept for the next.
+	// acquire (or await) until the response is in.
 	var slot endpointSlot
-	defer func() {
-		slot.release()
-		if slot.kept {
-			res.handOn = slot.ep
-		}
-	}()
+	defer slot.release()
 	admitted := false
 	defer func() {
 		if admitted { // never got to acquire
@@ -191,8 +175,6 @@ func (d *Deliverer) attempt(ctx context.Context, r Request) (res Result, err err
 	}()
 	switch {
 	case r.EndpointID == "":
-	case r.reserved:
-		slot = endpointSlot{gate: d.gate, ep: r.EndpointID}
 	case r.Replay:
 		if !d.gate.await(ctx, r.EndpointID) {
 			return Result{}, ctx.Err()
@@ -318,9 +300,6 @@ func (d *Deliverer) send(ctx context.Context, r Request, l *storage.Lease, slot 
 	if l.SecretErr == nil { // unsent: it says nothing of the endpoint
 		slot.sig = signalOf(resp)
 	}
-	// Deliveries held back for room at this endpoint go before any that
-	// arrive later: the slot is kept for the longest-held of them.
-	slot.keep = !l.FIFO && !r.chained && d.holder.backlogged(del.EndpointID)
 	slot.release()
 	end := d.clock.Now()
 	out := Classify(end, l.AutoAttempts+1, d.schedule, resp)
@@ -399,19 +378,16 @@ type endpointSlot struct {
 	ep    string
 	start time.Time // when its request started; zero: none was sent
 	sig   signal    // what the request's outcome says of the endpoint
-	// keep asks release to keep the slot for the endpoint's longest-held
-	// delivery; kept says it did (gate.release).
-	keep, kept bool
 }
 
-// release gives the slot back, or keeps it; later calls do nothing.
+// release gives the slot back; later calls do nothing.
 func (s *endpointSlot) release() {
 	if s.gate != nil {
 		took := time.Duration(-1)
 		if !s.start.IsZero() {
 			took = time.Since(s.start)
 		}
-		s.kept = s.gate.release(s.ep, took, s.sig, s.keep)
+		s.gate.release(s.ep, took, s.sig)
 		s.gate = nil
 	}
 }

@@ -1,7 +1,6 @@
 package dispatcher_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"net/http"
@@ -241,53 +240,6 @@ func TestHeldBacklogMovesAsSlotsFree(t *testing.T) {
 		}
 	}
 	t.Logf("20 deliveries of 50 ms at 2 in flight took %v", time.Since(start))
-}
-
-// TestHeldDeliveriesGoBeforeLaterArrivals: deliveries held back for room
-// at an endpoint go before the events that arrive while they wait, even as
-// new events keep coming: a freed slot is handed on to the longest-held
-// delivery (Deliverer.handOn), not left to whichever task runs first.
-func TestHeldDeliveriesGoBeforeLaterArrivals(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t, func(c *dispatcher.Config) { c.Concurrency = 20; c.EndpointInitialLimit = 2 })
-	rc := newReceiver(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
-		time.Sleep(30 * time.Millisecond)
-		w.WriteHeader(200)
-	})
-	two := 2
-	ep, err := e.db.Store().CreateEndpoint(context.Background(), e.project.ID,
-		storage.NewEndpoint{URL: rc.URL, Secret: newSecret(t), MaxInFlight: &two}, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	first := e.publish("first", 12)
-	waitFor(t, 10*time.Second, "the first events held back", func() bool {
-		return e.count(`SELECT count(*) FROM deliveries WHERE endpoint_id = $1 AND waiting_reason = 'endpoint_busy'`, ep.ID) >= 8
-	})
-	// Later events keep arriving, one every 10 ms, while the first drain.
-	var later []string
-	for range 30 {
-		later = append(later, e.publish("later", 1)...)
-		time.Sleep(10 * time.Millisecond) // the pace of arrivals, not a wait for anything
-	}
-	for _, id := range append(first, later...) {
-		e.waitStatus(id, webhookd.DeliverySucceeded, 20*time.Second)
-	}
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	lastFirst, firstLater := -1, len(rc.got)
-	for i, r := range rc.got {
-		switch {
-		case bytes.Contains(r.body, []byte(`"type":"first"`)):
-			lastFirst = i
-		case i < firstLater:
-			firstLater = i
-		}
-	}
-	if lastFirst > firstLater {
-		t.Fatalf("a later event's delivery was received %d-th, before a held one's (%d-th): held deliveries must go first",
-			firstLater+1, lastFirst+1)
-	}
 }
 
 // TestHeldDeliveriesWaitInPostgreSQL: deliveries held back at a hanging

@@ -43,12 +43,7 @@ type endpointState struct {
 	lim      limiter
 	rate     int // its rate_limit_per_second, learnt from its claims; 0: none
 	inFlight int
-	admitted int // attempts waiting for a slot
-	// reserved are slots freed while deliveries of the endpoint were held
-	// back for room: each is kept by the attempt that freed it, which hands
-	// it on to the longest-held one (Deliverer.handOn), and is no new
-	// arrival's to take meanwhile.
-	reserved int
+	admitted int           // attempts waiting for a slot
 	latency  time.Duration // a moving average of its request time, once one was seen
 	measured bool
 	lastFree time.Time     // when a slot last freed (or its first was taken)
@@ -74,7 +69,7 @@ func newGate(def int, wait time.Duration) *gate {
 func (g *gate) useLocked(ep string, now time.Time) *endpointState {
 	if now.Sub(g.swept) >= g.idle {
 		for id, s := range g.eps {
-			if s.inFlight == 0 && s.admitted == 0 && s.reserved == 0 && s.frees == nil && now.Sub(s.used) >= g.idle {
+			if s.inFlight == 0 && s.admitted == 0 && s.frees == nil && now.Sub(s.used) >= g.idle {
 				delete(g.eps, id)
 			}
 		}
@@ -110,7 +105,7 @@ func (g *gate) admit(ep string) bool {
 	now := g.now()
 	s := g.useLocked(ep, now)
 	c := g.capOf(s)
-	if s.inFlight+s.reserved+s.admitted >= c {
+	if s.inFlight+s.admitted >= c {
 		lat := max(s.latency, time.Millisecond)
 		if !s.measured {
 			lat = g.wait // no request seen yet: as if a slot freed once per wait
@@ -135,7 +130,7 @@ func (g *gate) acquire(ctx context.Context, ep string) bool {
 		g.mu.Lock()
 		now := g.now()
 		s := g.useLocked(ep, now)
-		if s.inFlight+s.reserved < g.capOf(s) {
+		if s.inFlight < g.capOf(s) {
 			g.takeLocked(s, now)
 			s.admitted--
 			g.mu.Unlock()
@@ -162,7 +157,7 @@ func (g *gate) await(ctx context.Context, ep string) bool {
 		g.mu.Lock()
 		now := g.now()
 		s := g.useLocked(ep, now)
-		if s.inFlight+s.reserved < g.capOf(s) {
+		if s.inFlight < g.capOf(s) {
 			g.takeLocked(s, now)
 			g.mu.Unlock()
 			return true
@@ -201,11 +196,8 @@ func (g *gate) unadmit(ep string) {
 
 // release gives a slot of ep back after a request that took took and
 // ended as sig says (took negative: no request was made, so nothing is
-// learnt of the endpoint), and tells the holder about it. With keep, the
-// slot is reserved instead, if the endpoint's limit still has room for it:
-// kept tells whether it was, and its caller must then take it
-// (takeReserved) or give it back (unreserve).
-func (g *gate) release(ep string, took time.Duration, sig signal, keep bool) (kept bool) {
+// learnt of the endpoint), and tells the holder about it.
+func (g *gate) release(ep string, took time.Duration, sig signal) {
 	g.mu.Lock()
 	now := g.now()
 	s := g.useLocked(ep, now)
@@ -221,51 +213,15 @@ func (g *gate) release(ep string, took time.Duration, sig signal, keep bool) (ke
 	default:
 		s.latency, s.measured = took, true
 	}
-	if keep && s.inFlight+s.reserved < g.capOf(s) {
-		s.reserved++
-		g.mu.Unlock()
-		return true
-	}
-	g.freeLocked(s)
-	g.mu.Unlock()
-	g.tell(ep)
-	return false
-}
-
-// freeLocked wakes an attempt waiting for a slot of s.
-func (g *gate) freeLocked(s *endpointState) {
 	if s.frees != nil {
 		close(s.frees)
 		s.frees = nil
 	}
-}
-
-// tell tells the holder that ep has a slot free.
-func (g *gate) tell(ep string) {
+	g.mu.Unlock()
 	select {
 	case g.freed <- ep:
 	default: // the holder's periodic pass will see the slot
 	}
-}
-
-// takeReserved takes a slot of ep that release reserved.
-func (g *gate) takeReserved(ep string) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	now := g.now()
-	s := g.useLocked(ep, now)
-	s.reserved--
-	g.takeLocked(s, now)
-}
-
-// unreserve gives back a slot of ep that release reserved.
-func (g *gate) unreserve(ep string) {
-	g.mu.Lock()
-	s := g.useLocked(ep, g.now())
-	s.reserved--
-	g.freeLocked(s)
-	g.mu.Unlock()
-	g.tell(ep)
 }
 
 // free is how many more attempts ep may start now.
@@ -276,7 +232,7 @@ func (g *gate) free(ep string) int {
 	if !ok {
 		return g.def
 	}
-	return max(g.capOf(s)-s.inFlight-s.reserved-s.admitted, 0)
+	return max(g.capOf(s)-s.inFlight-s.admitted, 0)
 }
 
 // learn records ep's own cap and rate_limit_per_second, as its claim read

@@ -37,7 +37,7 @@ func TestGateAdmitsWaitersByHowFastSlotsFree(t *testing.T) {
 	}
 	g := newGate(2, 100*time.Millisecond)
 	fill(g, "fast")
-	g.release("fast", time.Millisecond, signalNone, false)
+	g.release("fast", time.Millisecond, signalNone)
 	if !g.admit("fast") || !g.acquire(ctx, "fast") {
 		t.Fatal("a freed slot was refused")
 	}
@@ -80,7 +80,7 @@ func TestGateForgetsIdleEndpoints(t *testing.T) {
 		if !g.admit(ep) || !g.acquire(ctx, ep) {
 			t.Fatal("a free slot was refused")
 		}
-		g.release(ep, time.Millisecond, signalOK, false)
+		g.release(ep, time.Millisecond, signalOK)
 	}
 	g.learn("hung", &one, nil)
 	if !g.admit("hung") || !g.acquire(ctx, "hung") {
@@ -128,7 +128,7 @@ func TestGateLimitAdaptsToTheEndpoint(t *testing.T) {
 	round := func(ep string, sig signal) int {
 		now = now.Add(100 * time.Millisecond)
 		for range inFlight[ep] {
-			g.release(ep, 100*time.Millisecond, sig, false)
+			g.release(ep, 100*time.Millisecond, sig)
 			inFlight[ep]--
 			inFlight[ep] += slots(ep)
 		}
@@ -156,36 +156,5 @@ func TestGateLimitAdaptsToTheEndpoint(t *testing.T) {
 	}
 	if n := inFlight["capped"]; n != 5 {
 		t.Fatalf("an endpoint with max_in_flight 5 got %d slots", n)
-	}
-}
-
-// TestGateReservesAKeptSlot: a slot kept on release is nobody else's until
-// it is taken or given back, and is kept only within the limit.
-func TestGateReservesAKeptSlot(t *testing.T) {
-	ctx := context.Background()
-	// Releases with no request made (-1): the limit stays at 2.
-	g := newGate(2, 0) // no waiting for slots: admit says whether one is free
-	for range 2 {
-		if !g.admit("ep") || !g.acquire(ctx, "ep") {
-			t.Fatal("a free slot was refused")
-		}
-	}
-	if !g.release("ep", -1, signalNone, true) {
-		t.Fatal("a slot within the limit was not kept")
-	}
-	if g.free("ep") != 0 || g.admit("ep") && g.acquire(ctx, "ep") {
-		t.Fatal("a kept slot went to another attempt")
-	}
-	g.takeReserved("ep")
-	g.release("ep", -1, signalNone, true)
-	g.unreserve("ep")
-	if g.free("ep") != 1 || !g.admit("ep") || !g.acquire(ctx, "ep") {
-		t.Fatal("a slot given back is not free")
-	}
-	g.mu.Lock()
-	g.eps["ep"].inFlight++ // the limit fell below what is in flight
-	g.mu.Unlock()
-	if g.release("ep", -1, signalNone, true) {
-		t.Fatal("a slot over the limit was kept")
 	}
 }

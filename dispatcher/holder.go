@@ -2,7 +2,6 @@ package dispatcher
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -42,7 +41,6 @@ type holder struct {
 	interval time.Duration
 	held     *prometheus.CounterVec // by waiting reason
 	holds    *batcher[storage.Hold, bool]
-	nexts    *batcher[string, string] // endpoint → its longest-held delivery, made due (next)
 
 	mu sync.Mutex
 	// known are the endpoints whose deliveries this process held back
@@ -87,60 +85,6 @@ const manualLook = 500 * time.Millisecond
 func (h *holder) remember(ep string) {
 	h.mu.Lock()
 	h.known[ep]++
-	h.mu.Unlock()
-}
-
-// backlogged tells whether this process held back deliveries of ep lately
-// that may still wait.
-func (h *holder) backlogged(ep string) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.known[ep] > 0
-}
-
-// next makes the longest-held delivery of ep due and returns its id: ""
-// when none is held (ep is then forgotten, unless a hold came meanwhile).
-// The calls of many attempts travel together (nextAll).
-func (h *holder) next(ctx context.Context, ep string) (string, error) {
-	return h.nexts.Do(ctx, ep)
-}
-
-// nextAll is next for many attempts: one statement per endpoint.
-func (h *holder) nextAll(ctx context.Context, eps []string) ([]string, error) {
-	want := map[string]int{}
-	for _, ep := range eps {
-		want[ep]++
-	}
-	got := make(map[string][]string, len(want))
-	for ep, n := range want {
-		h.mu.Lock()
-		holds := h.known[ep]
-		h.mu.Unlock()
-		ids, err := h.db.WakeWaiting(ctx, ep, n, h.clock.Now())
-		if err != nil {
-			return nil, err
-		}
-		if len(ids) < n {
-			h.forget(ep, holds)
-		}
-		got[ep] = ids
-	}
-	out := make([]string, len(eps))
-	for i, ep := range eps {
-		if ids := got[ep]; len(ids) > 0 {
-			out[i], got[ep] = ids[0], ids[1:]
-		}
-	}
-	return out, nil
-}
-
-// forget forgets ep, found with no held deliveries after holds holds,
-// unless another hold came since.
-func (h *holder) forget(ep string, holds uint64) {
-	h.mu.Lock()
-	if h.known[ep] == holds {
-		delete(h.known, ep)
-	}
 	h.mu.Unlock()
 }
 
@@ -213,7 +157,11 @@ func (h *holder) pass(ctx context.Context) {
 		if n := h.room(ep); n > 0 && h.wake(ctx, ep) < n {
 			// Fewer waited than it had room for: none left, unless a hold
 			// committed after the wake's look (it counted one more).
-			h.forget(ep, holds)
+			h.mu.Lock()
+			if h.known[ep] == holds {
+				delete(h.known, ep)
+			}
+			h.mu.Unlock()
 		}
 	}
 }
@@ -242,46 +190,4 @@ func (h *holder) wake(ctx context.Context, ep string) int {
 	}
 	h.queue.Wake(ctx, ep, ids...)
 	return len(ids)
-}
-
-// handOn gives the slot that an attempt kept (Result.handOn) to ep's
-// longest-held delivery and attempts it here, on the task's goroutine; its
-// attempt may keep the slot again for the next, and so on, as passTurn
-// goes down an ordered queue. So deliveries held back for room go in the
-// order they were held, before later arrivals, and a freed slot does not
-// wait for asynq to bring a woken task round (its pending list puts a woken
-// task behind every new one). The delivery's own task, asleep in asynq, is
-// dropped once it is done, or moved to its next time. When nothing is held
-// any more, or the task's time runs short, the slot is given back, and the
-// holder's wake-ups carry on.
-func (d *Deliverer) handOn(ctx context.Context, ep string) {
-	for n := 0; ; n++ {
-		if deadline, ok := ctx.Deadline(); n >= chainFor || ctx.Err() != nil || d.closing.Load() ||
-			ok && time.Until(deadline) < d.attemptTimeout+5*time.Second {
-			d.gate.unreserve(ep)
-			return
-		}
-		id, err := d.holder.next(context.WithoutCancel(ctx), ep)
-		if err != nil || id == "" {
-			d.gate.unreserve(ep)
-			return
-		}
-		d.gate.takeReserved(ep)
-		res, err := d.attempt(ctx, Request{DeliveryID: id, EndpointID: ep, reserved: true})
-		var at *RetryAt
-		switch {
-		case err == nil:
-			d.holder.queue.Drop(id) // done: its task need not wake
-		case errors.As(err, &at):
-			d.holder.queue.Reschedule(context.WithoutCancel(ctx), ep, id, at.At)
-		default:
-			d.holder.queue.Wake(context.WithoutCancel(ctx), ep, id)
-		}
-		if res.turn != "" {
-			d.passTurn(ctx, res.turn)
-		}
-		if res.handOn == "" {
-			return
-		}
-	}
 }

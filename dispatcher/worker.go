@@ -287,9 +287,6 @@ func (w *Worker) Start(ctx context.Context) error {
 	d.holder.holds = newBatcher(256, 1, batchLinger, 30*time.Second, func(ctx context.Context, hs []storage.Hold) ([]bool, error) {
 		return make([]bool, len(hs)), d.db.HoldBack(ctx, d.clock.Now(), hs)
 	})
-	// No linger: a hand-on's slot is idle until its delivery is claimed, and
-	// the hand-ons that come while a flush runs travel in the next anyway.
-	d.holder.nexts = newBatcher(256, 1, 0, 30*time.Second, d.holder.nextAll)
 	w.background = ctx
 	mux := asynq.NewServeMux()
 	mux.HandleFunc(TaskDelivery, w.handleDelivery)
@@ -343,11 +340,9 @@ func (w *Worker) Stop() {
 	w.reconciler.Stop()
 	w.retention.Stop()
 	w.holder.Stop()
-	w.Deliverer.closing.Store(true) // no new hand-ons: the attempts in flight end theirs
 	w.server.Shutdown()
 	w.attempts.Wait() // the reconciler's attempts of a dead worker's deliveries
 	w.Deliverer.holder.holds.Stop()
-	w.Deliverer.holder.nexts.Stop()
 	w.Deliverer.claims.Stop()
 	w.Deliverer.records.Stop()
 	w.Deliverer.claims, w.Deliverer.records = nil, nil
