@@ -42,6 +42,8 @@ type endpointIn struct {
 	EventTypes  []string `json:"event_types"`
 	MaxInFlight int      `json:"max_in_flight,omitempty"`
 	Ordering    string   `json:"ordering,omitempty"`
+	// Transformation: -transform's script (issue 36's cost); "": none.
+	Transformation string `json:"transformation,omitempty"`
 }
 
 func newAPIClient(base, key string) *apiClient {

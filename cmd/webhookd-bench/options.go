@@ -62,8 +62,9 @@ type Options struct {
 	RestDeliveries int           // -rest-deliveries; 100000 deliveries waiting for them
 	RestDuration   time.Duration // -rest-duration; 30s of rest measured
 
-	MaxInFlight       int // -max-in-flight; 100 (burst and steady endpoints; 0: never sent)
-	WorkerConcurrency int // -worker-concurrency; 0: webhookd's default
+	MaxInFlight       int  // -max-in-flight; 100 (burst and steady endpoints; 0: never sent)
+	Transform         bool // -transform: every endpoint created with benchTransformation
+	WorkerConcurrency int  // -worker-concurrency; 0: webhookd's default
 
 	StallTimeout time.Duration // -stall-timeout; 30s without a new receipt ends a wait
 	MaxWait      time.Duration // -max-wait; 10m, the longest wait for deliveries
@@ -109,6 +110,7 @@ func (o *Options) bind(fs *flag.FlagSet) {
 	fs.IntVar(&o.IngestBatchClients, "ingest-batch-clients", 4, "ingest-batch: concurrent clients")
 	fs.IntVar(&o.RedisDownEvents, "redis-down-events", 5000, "ingest-redis-down: events posted while Redis is down")
 	fs.IntVar(&o.OneSlowEvents, "one-slow-events", 20000, "one-slow: events to the one endpoint answering after 200ms")
+	fs.BoolVar(&o.Transform, "transform", false, "create every endpoint with a transformation (a renamed-fields partner script; issue 36's cost)")
 	fs.IntVar(&o.OneSlowSingles, "one-slow-singles", 2000, "one-slow-single: events, one per POST, to the one endpoint answering after 200ms")
 	fs.IntVar(&o.FIFOEvents, "fifo-events", 1000, "fifo: events to the one ordered endpoint answering after 10ms")
 	fs.IntVar(&o.CapacityEvents, "capacity-events", 12000, "capacity and capacity-latency: events to the endpoint of limited capacity")

@@ -206,14 +206,26 @@ type endpoint struct {
 	ordering    string // "": not sent
 }
 
+// benchTransformation is the script -transform gives every endpoint: a
+// partner's renamed fields and a header, the path kept (the receiver knows
+// its endpoints by their paths).
+const benchTransformation = `function handler(w) {
+	w.payload = {kind: w.payload.type, ref: w.payload.id, body: w.payload.data};
+	w.headers["x-partner"] = "bench";
+	return w;
+}`
+
 // createEndpoints adds each endpoint to the receiver and creates it through
 // the API. It returns a note when max_in_flight had to be left out.
 func (s *stack) createEndpoints(ctx context.Context, eps []endpoint) (string, error) {
 	note := ""
 	for _, e := range eps {
 		url := s.recv.Add(e.name, e.behaviour)
-		_, supported, err := s.api.CreateEndpoint(ctx,
-			endpointIn{URL: url, EventTypes: []string{e.eventType}, MaxInFlight: e.maxInFlight, Ordering: e.ordering})
+		in := endpointIn{URL: url, EventTypes: []string{e.eventType}, MaxInFlight: e.maxInFlight, Ordering: e.ordering}
+		if s.opts.Transform {
+			in.Transformation = benchTransformation
+		}
+		_, supported, err := s.api.CreateEndpoint(ctx, in)
 		if err != nil {
 			return "", err
 		}
