@@ -148,6 +148,11 @@ type chaosLoad struct {
 	names   []string
 	answers *answerLog
 	seq     int64
+	outbox  *outboxSender
+	bulk    *bulkSender
+	// bulkResolved counts the bulks that got their 202 only when Resolve
+	// tried them again.
+	bulkResolved int
 
 	mu  sync.Mutex
 	ops []*sendOp
@@ -166,6 +171,8 @@ func newChaosLoad(s *chaosSystem) (*chaosLoad, error) {
 		l.clients = append(l.clients, c)
 		l.names = append(l.names, p.Name)
 	}
+	l.outbox = &outboxSender{url: s.outboxDB.URL}
+	l.bulk = &bulkSender{clients: l.clients}
 	return l, nil
 }
 
@@ -188,9 +195,13 @@ func (l *chaosLoad) acceptedAt() map[string]time.Time {
 
 // Run sends rate events a second from senders goroutines until ctx ends:
 // single events, batches of 2 to 10, and repeats of earlier sends with
-// their key and body.
+// their key and body; beside them, outbox transactions (rate/6 a second,
+// 1 to 3 rows each) and a bulk job every 5 to 12 s. Each draws from a
+// generator of its own, so adding one changes none of the others' choices.
 func (l *chaosLoad) Run(ctx context.Context, seed uint64, rate, senders int) {
 	var wg sync.WaitGroup
+	wg.Go(func() { l.outbox.Run(ctx, rand.New(rand.NewPCG(seed, 200)), max(float64(rate)/6, 0.5)) })
+	wg.Go(func() { l.bulk.Run(ctx, rand.New(rand.NewPCG(seed, 300))) })
 	for i := range senders {
 		wg.Add(1)
 		go func() {
@@ -308,10 +319,12 @@ func (op *sendOp) record(ids []string, err error) {
 	}
 }
 
-// Resolve repeats, with its key, every send that never succeeded, until it
-// does or ctx ends: once the faults are over, each must come back with
-// its one set of ids.
+// Resolve repeats, with its key, every send and bulk that never succeeded,
+// until it does or ctx ends: once the faults are over, each must come back
+// with its one set of ids, or its one job. It returns the sends resolved
+// (the bulks': bulkResolved).
 func (l *chaosLoad) Resolve(ctx context.Context) (resolved int) {
+	l.bulkResolved = l.bulk.Resolve(ctx)
 	for _, op := range l.Ops() {
 		op.mu.Lock()
 		pending := op.ids == nil
