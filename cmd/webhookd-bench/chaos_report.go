@@ -405,7 +405,7 @@ func (r *chaosReport) writeSources(p func(string, ...any)) {
 	o, b := r.Ledger.Outbox, r.Ledger.Bulk
 	p("## The outbox and bulk jobs")
 	p("")
-	p("Each outbox row and each bulk line carries a marker of its own in its data (a bulk line's is its external_id too); " +
+	p("Each outbox row and each bulk line carries a marker of its own in its data (every other bulk line's is its external_id too); " +
 		"the ledger counts webhookd's events by marker. An outbox transaction whose COMMIT got no answer (a PostgreSQL " +
 		"restart) is decided by the service's own table, written in the same transaction.")
 	p("")

@@ -56,7 +56,8 @@ func TestCheckBulk(t *testing.T) {
 	op := func(key, job string, markers ...string) *bulkOp {
 		o := &bulkOp{key: key, jobID: job, tries: 1}
 		for _, m := range markers {
-			o.lines = append(o.lines, client.NewEvent{Type: "order.created", ExternalID: m})
+			o.lines = append(o.lines, client.NewEvent{Type: "order.created"})
+			o.markers = append(o.markers, m)
 		}
 		if job == "" {
 			o.err = errors.New("503")
