@@ -200,8 +200,9 @@ func (l *chaosLoad) acceptedAt() map[string]time.Time {
 // generator of its own, so adding one changes none of the others' choices.
 func (l *chaosLoad) Run(ctx context.Context, seed uint64, rate, senders int) {
 	var wg sync.WaitGroup
-	wg.Go(func() { l.outbox.Run(ctx, rand.New(rand.NewPCG(seed, 200)), max(float64(rate)/6, 0.5)) })
-	wg.Go(func() { l.bulk.Run(ctx, rand.New(rand.NewPCG(seed, 300))) })
+	// Streams far from the senders' (100 + i), whatever -senders is.
+	wg.Go(func() { l.outbox.Run(ctx, rand.New(rand.NewPCG(seed, 1<<32)), max(float64(rate)/6, 0.5)) })
+	wg.Go(func() { l.bulk.Run(ctx, rand.New(rand.NewPCG(seed, 1<<32+1))) })
 	for i := range senders {
 		wg.Add(1)
 		go func() {
