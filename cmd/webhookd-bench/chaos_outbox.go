@@ -26,8 +26,20 @@ const outboxSourceDB = "chaos_outbox"
 
 // chaosOrdersTable is the service's own table: one row per transaction
 // the sender means to commit, so that at the end it says which
-// transactions committed whatever their COMMIT answered.
-const chaosOrdersTable = `CREATE TABLE chaos_orders (tx text PRIMARY KEY, created_at timestamptz NOT NULL DEFAULT now())`
+// transactions committed whatever their COMMIT answered. Its deferred
+// trigger makes each COMMIT take 150 ms of work, as a service's deferred
+// checks do, so that a PostgreSQL restart now and then cuts a COMMIT off
+// in flight: without it an unanswered COMMIT almost never happens, and the
+// ledger's answer to one would go untried.
+const chaosOrdersTable = `CREATE TABLE chaos_orders (tx text PRIMARY KEY, created_at timestamptz NOT NULL DEFAULT now());
+CREATE FUNCTION chaos_orders_check() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	PERFORM pg_sleep(0.15);
+	RETURN NULL;
+END
+$$;
+CREATE CONSTRAINT TRIGGER chaos_orders_check AFTER INSERT ON chaos_orders
+	DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION chaos_orders_check()`
 
 // setupOutboxSource makes the service database, its outbox (through the
 // binary, as an operator would) and its business table.
