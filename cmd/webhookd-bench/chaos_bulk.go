@@ -76,7 +76,7 @@ func (b *bulkSender) newOp(rng *rand.Rand, n int) *bulkOp {
 	op := &bulkOp{key: fmt.Sprintf("chaos-bulk-%d-%d", len(b.ops), rng.Uint32())}
 	for i := range n {
 		m := fmt.Sprintf("bk-%d-%d", len(b.ops), i+1)
-		ev := client.NewEvent{Type: pickType(rng), Data: map[string]string{"bulk": m}}
+		ev := client.NewEvent{Type: pickRoomyType(rng), Data: map[string]string{"bulk": m}}
 		if i%2 == 1 {
 			ev.ExternalID = m
 		}

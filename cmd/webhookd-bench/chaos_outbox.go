@@ -145,7 +145,7 @@ func (o *outboxSender) newTx(rng *rand.Rand) *outboxTx {
 	tx := &outboxTx{id: fmt.Sprintf("tx-%d", len(o.txs))}
 	for i := range 1 + rng.IntN(3) {
 		tx.markers = append(tx.markers, fmt.Sprintf("ob-%d-%d", len(o.txs), i))
-		tx.types = append(tx.types, pickType(rng))
+		tx.types = append(tx.types, pickRoomyType(rng))
 	}
 	o.txs = append(o.txs, tx)
 	return tx
