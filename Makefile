@@ -116,8 +116,8 @@ bench-smoke: build bench-tool
 
 ## chaos: the chaos soak (webhookd-bench chaos): 2 serve and 2 worker processes
 ## on a throwaway PostgreSQL and Redis behind toxiproxy, load through the Go
-## client, every kind of fault on a seeded schedule, then the ledger of every
-## event; writes RELIABILITY.md. CHAOS_DURATION (default 3m; a long one:
+## client, outbox rows and bulk jobs, every kind of fault on a seeded
+## schedule, then the ledger of every event; writes RELIABILITY.md. CHAOS_DURATION (default 3m; a long one:
 ## make chaos CHAOS_DURATION=30m), CHAOS_SEED (0: a random one, printed)
 CHAOS_DURATION ?= 3m
 CHAOS_SEED     ?= 0

@@ -156,7 +156,7 @@ func soak(ctx context.Context, o *chaosOptions) (*chaosReport, error) {
 	resolveCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	resolved := load.Resolve(resolveCtx)
 	cancel()
-	progress("chaos: %d sends got through on repeat; waiting for the backlog to drain", resolved)
+	progress("chaos: %d sends and %d bulk requests got through on repeat; waiting for the backlog to drain", resolved, load.bulkResolved)
 	drained, err := sys.waitDrained(ctx, faultsOver.Add(o.DrainBound))
 	if err != nil {
 		return nil, err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -29,16 +30,27 @@ func (s *chaosSystem) waitDrained(ctx context.Context, deadline time.Time) (bool
 	}
 }
 
-// waiting counts deliveries still pending or retrying.
+// waiting counts what is still to do: deliveries pending or retrying,
+// bulk jobs queued or running, and rows left in the service's outbox.
 func (s *chaosSystem) waiting(ctx context.Context) (int, error) {
 	conn, err := pgx.Connect(ctx, s.db.URL)
 	if err != nil {
 		return 0, err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	var n int
-	err = conn.QueryRow(ctx, "SELECT count(*) FROM deliveries WHERE status IN ('pending', 'retrying')").Scan(&n)
-	return n, err
+	var n, rows int
+	err = conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM deliveries WHERE status IN ('pending', 'retrying')) +
+		(SELECT count(*) FROM jobs WHERE kind = 'event_bulk' AND status IN ('queued', 'running'))`).Scan(&n)
+	if err != nil {
+		return 0, err
+	}
+	src, err := pgx.Connect(ctx, s.outboxDB.URL)
+	if err != nil {
+		return 0, err
+	}
+	defer src.Close(context.WithoutCancel(ctx))
+	err = src.QueryRow(ctx, "SELECT count(*) FROM webhookd_outbox").Scan(&rows)
+	return n + rows, err
 }
 
 // dbDelivery is a delivery as PostgreSQL has it at the end.
@@ -50,12 +62,17 @@ type dbDelivery struct {
 }
 
 // dbState is what the ledger reads from PostgreSQL: every event with its
-// deliveries, and when the 410 endpoint was disabled.
+// deliveries, and when the 410 endpoint was disabled; the outbox rows' and
+// bulk lines' events by their markers, the bulk jobs, and the service's
+// database.
 type dbState struct {
 	events     map[string][]dbDelivery // event id -> deliveries
 	eventTypes map[string]string
 	created    map[string]time.Time
-	goneAt     time.Time // zero: not disabled
+	goneAt     time.Time           // zero: not disabled
+	markers    map[string][]string // an outbox row's or bulk line's marker -> its events
+	jobs       map[string]dbJob    // bulk jobs by id
+	source     *sourceState
 }
 
 func (s *chaosSystem) readState(ctx context.Context) (*dbState, error) {
@@ -65,20 +82,24 @@ func (s *chaosSystem) readState(ctx context.Context) (*dbState, error) {
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	st := &dbState{events: make(map[string][]dbDelivery), eventTypes: make(map[string]string),
-		created: make(map[string]time.Time)}
+		created: make(map[string]time.Time), markers: make(map[string][]string)}
 	// webhookd's own operational events (webhookd.*: a circuit opened, a
 	// dead letter) are not the senders'.
-	rows, err := conn.Query(ctx, "SELECT id, type, created_at FROM events WHERE type NOT LIKE 'webhookd.%'")
+	rows, err := conn.Query(ctx, `SELECT id, type, created_at, coalesce(data->>'outbox', data->>'bulk', '')
+		FROM events WHERE type NOT LIKE 'webhookd.%'`)
 	if err != nil {
 		return nil, err
 	}
 	for rows.Next() {
-		var id, typ string
+		var id, typ, marker string
 		var at time.Time
-		if err := rows.Scan(&id, &typ, &at); err != nil {
+		if err := rows.Scan(&id, &typ, &at, &marker); err != nil {
 			return nil, err
 		}
 		st.events[id], st.eventTypes[id], st.created[id] = nil, typ, at
+		if marker != "" {
+			st.markers[marker] = append(st.markers[marker], id)
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -114,6 +135,12 @@ func (s *chaosSystem) readState(ctx context.Context) (*dbState, error) {
 			st.goneAt = updated
 		}
 	}
+	if st.jobs, err = s.readJobs(ctx); err != nil {
+		return nil, err
+	}
+	if st.source, err = s.readSource(ctx); err != nil {
+		return nil, err
+	}
 	return st, nil
 }
 
@@ -135,7 +162,14 @@ type chaosLedger struct {
 	Duplicates, DuplicatesExplained                       int
 	DuplicatesBy                                          map[string]int // by endpoint
 	Examples                                              []string       // a few failures, for the reproduction
+	Outbox                                                outboxLedger
+	Bulk                                                  bulkLedger
+	BulkResolved                                          int // bulks that got their 202 only on the repeat after the faults
 }
+
+// deliveryCount is the deliveries of the events of one origin (the API,
+// the outbox, bulk jobs): due, delivered, dead letters, lost.
+type deliveryCount struct{ due, delivered, dead, notRouted, lost int }
 
 // checkLedger compares the sends, the receiver and PostgreSQL.
 func checkLedger(load *chaosLoad, recv *chaosReceiver, st *dbState, windows []faultRecord, grace time.Duration) chaosLedger {
@@ -166,6 +200,19 @@ func checkLedger(load *chaosLoad, recv *chaosReceiver, st *dbState, windows []fa
 		op.mu.Unlock()
 	}
 	l.EventsSent, l.EventsInDB = len(sent), len(st.events)
+	// The outbox rows' and the bulk lines' events, found by their markers:
+	// their own ledgers judge how many each row or line made; every one of
+	// them is due its deliveries like a posted event.
+	origin := make(map[string]string) // event id -> "outbox" or "bulk"; absent: the API
+	for m, evs := range st.markers {
+		for _, id := range evs {
+			sent[id], origin[id] = st.eventTypes[id], map[bool]string{true: "outbox", false: "bulk"}[strings.HasPrefix(m, "ob-")]
+		}
+	}
+	l.Outbox = checkOutbox(load.outbox.Txs(), st.source, st.markers, example)
+	l.Bulk = checkBulk(load.bulk.Ops(), st.jobs, st.markers, example)
+	l.BulkResolved = load.bulkResolved
+	by := map[string]*deliveryCount{"": {}, "outbox": {}, "bulk": {}}
 	for id := range st.events {
 		if _, ok := sent[id]; !ok {
 			l.EventsUnknown++
@@ -185,6 +232,7 @@ func checkLedger(load *chaosLoad, recv *chaosReceiver, st *dbState, windows []fa
 			continue
 		}
 		want := routes(sent[id])
+		count := by[origin[id]]
 		for _, d := range dels {
 			if !slices.Contains(want, d.endpoint) {
 				l.Misrouted++
@@ -193,14 +241,17 @@ func checkLedger(load *chaosLoad, recv *chaosReceiver, st *dbState, windows []fa
 		}
 		for _, name := range want {
 			l.Deliveries++
+			count.due++
 			i := slices.IndexFunc(dels, func(d dbDelivery) bool { return d.endpoint == name })
 			rec, _ := recv.Receipt(name, id)
 			if i < 0 {
 				if name == "gone" && !st.goneAt.IsZero() && !st.created[id].Before(st.goneAt.Add(-time.Second)) {
 					l.NotRoutedGone++ // created once the endpoint had said 410 and was disabled
+					count.notRouted++
 					continue
 				}
 				l.Lost++
+				count.lost++
 				example("event %s: no delivery to %s", id, name)
 				continue
 			}
@@ -209,12 +260,15 @@ func checkLedger(load *chaosLoad, recv *chaosReceiver, st *dbState, windows []fa
 			case "succeeded":
 				if rec.ok == 0 {
 					l.SucceededUnseen++
+					count.lost++
 					example("event %s: succeeded at %s, which never answered it 2xx", id, name)
 					continue
 				}
 				l.Delivered++
+				count.delivered++
 			case "dead_letter":
 				l.DeadLetters[name+"/"+d.reason]++
+				count.dead++
 				explained := rec.refused > 0 || name == "hanging" && rec.receipts > 0 ||
 					d.reason == "endpoint_disabled" && name == "gone"
 				if !explained && d.reason == "exhausted" &&
@@ -245,6 +299,11 @@ func checkLedger(load *chaosLoad, recv *chaosReceiver, st *dbState, windows []fa
 			}
 		}
 	}
+	o, b := by["outbox"], by["bulk"]
+	l.Outbox.Deliveries, l.Outbox.Delivered, l.Outbox.DeadLetters = o.due, o.delivered, o.dead
+	l.Outbox.NotRouted, l.Outbox.DeliveriesLost = o.notRouted, o.lost
+	l.Bulk.Deliveries, l.Bulk.Delivered, l.Bulk.DeadLetters = b.due, b.delivered, b.dead
+	l.Bulk.NotRouted, l.Bulk.DeliveriesLost = b.notRouted, b.lost
 	return l
 }
 

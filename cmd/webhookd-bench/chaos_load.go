@@ -148,6 +148,11 @@ type chaosLoad struct {
 	names   []string
 	answers *answerLog
 	seq     int64
+	outbox  *outboxSender
+	bulk    *bulkSender
+	// bulkResolved counts the bulks that got their 202 only when Resolve
+	// tried them again.
+	bulkResolved int
 
 	mu  sync.Mutex
 	ops []*sendOp
@@ -166,6 +171,8 @@ func newChaosLoad(s *chaosSystem) (*chaosLoad, error) {
 		l.clients = append(l.clients, c)
 		l.names = append(l.names, p.Name)
 	}
+	l.outbox = &outboxSender{url: s.outboxDB.URL}
+	l.bulk = &bulkSender{clients: l.clients}
 	return l, nil
 }
 
@@ -188,9 +195,14 @@ func (l *chaosLoad) acceptedAt() map[string]time.Time {
 
 // Run sends rate events a second from senders goroutines until ctx ends:
 // single events, batches of 2 to 10, and repeats of earlier sends with
-// their key and body.
+// their key and body; beside them, outbox transactions (rate/6 a second,
+// 1 to 3 rows each) and a bulk job every 5 to 12 s. Each draws from a
+// generator of its own, so adding one changes none of the others' choices.
 func (l *chaosLoad) Run(ctx context.Context, seed uint64, rate, senders int) {
 	var wg sync.WaitGroup
+	// Streams far from the senders' (100 + i), whatever -senders is.
+	wg.Go(func() { l.outbox.Run(ctx, rand.New(rand.NewPCG(seed, 1<<32)), max(float64(rate)/6, 0.5)) })
+	wg.Go(func() { l.bulk.Run(ctx, rand.New(rand.NewPCG(seed, 1<<32+1))) })
 	for i := range senders {
 		wg.Add(1)
 		go func() {
@@ -251,6 +263,18 @@ func (l *chaosLoad) pick(rng *rand.Rand) *sendOp {
 	return l.ops[rng.IntN(len(l.ops))]
 }
 
+// pickRoomyType is pickType for the outbox and bulk senders: order.created
+// or order.paid, in their shares. The hanging and ordered endpoints' shares
+// are what they can take of the posted events alone (chaosEventTypes);
+// these senders' events would crowd them past it, and the two types reach
+// every other kind of endpoint, flapping and 410 among them.
+func pickRoomyType(rng *rand.Rand) string {
+	if rng.IntN(chaosEventTypes[0].permil+chaosEventTypes[1].permil) < chaosEventTypes[0].permil {
+		return chaosEventTypes[0].name
+	}
+	return chaosEventTypes[1].name
+}
+
 func pickType(rng *rand.Rand) string {
 	n := rng.IntN(1000)
 	for _, t := range chaosEventTypes {
@@ -308,10 +332,12 @@ func (op *sendOp) record(ids []string, err error) {
 	}
 }
 
-// Resolve repeats, with its key, every send that never succeeded, until it
-// does or ctx ends: once the faults are over, each must come back with
-// its one set of ids.
+// Resolve repeats, with its key, every send and bulk that never succeeded,
+// until it does or ctx ends: once the faults are over, each must come back
+// with its one set of ids, or its one job. It returns the sends resolved
+// (the bulks': bulkResolved).
 func (l *chaosLoad) Resolve(ctx context.Context) (resolved int) {
+	l.bulkResolved = l.bulk.Resolve(ctx)
 	for _, op := range l.Ops() {
 		op.mu.Lock()
 		pending := op.ids == nil

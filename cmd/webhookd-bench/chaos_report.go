@@ -204,6 +204,8 @@ func (r *chaosReport) judge() {
 	fail(l.SendsUnresolved > 0, "%d sends never got through, even after the faults", l.SendsUnresolved)
 	fail(l.Duplicates > l.DuplicatesExplained, "%d duplicate deliveries outside every fault",
 		l.Duplicates-l.DuplicatesExplained)
+	l.Outbox.failures(fail)
+	l.Bulk.failures(fail)
 	fail(a.UnavailableNoRetry > 0, "%d answers 503 without Retry-After", a.UnavailableNoRetry)
 	fail(len(a.OtherStatus) > 0, "answers other than 2xx, 409/429/503 with Retry-After: %v", a.OtherStatus)
 	fail(a.OutsideOutage > 0, "%d 503s or failed tries outside every fault", a.OutsideOutage)
@@ -243,7 +245,10 @@ func (r *chaosReport) Write(w io.Writer) error {
 		"senders on the Go client (`client/`) over both serve processes (single events, batches of 2–10, 12%% repeats of an "+
 		"earlier send with its Idempotency-Key); endpoints answering at once, in 200 ms, flapping (500 for 4 s in 8, its circuit "+
 		"opening and closing), 429 with `Retry-After: 1` to a third, hanging (2 events in 1,000), 410 from %s on, ordered "+
-		"(`ordering: fifo`, 40 events in 1,000) and ops (webhookd's operational events); faults on a seeded schedule, among "+
+		"(`ordering: fifo`, 40 events in 1,000) and ops (webhookd's operational events); beside them a service committing "+
+		"outbox rows (`client.Outbox`) in its own transactions on a database of the same server, one transaction in six "+
+		"rolled back, which the workers move through their own proxies, and a bulk job (`client.Bulk`, 20–200 NDJSON lines) "+
+		"every 5–12 s; faults on a seeded schedule, among "+
 		"them a heartbeat stall (seconds of latency on one worker's PostgreSQL link); PostgreSQL sampled each second for "+
 		"deliveries waiting past their time; then the ledger.", r.Opts.Duration*2/5)
 	p("")
@@ -281,6 +286,7 @@ func (r *chaosReport) Write(w io.Writer) error {
 	}
 	r.writeFaults(p)
 	r.writeLedger(p)
+	r.writeSources(p)
 	r.writeSeams(p)
 	p("## Resident set per process")
 	p("")
@@ -357,8 +363,8 @@ func (r *chaosReport) writeLedger(p func(string, ...any)) {
 	p("| … answered with other ids on a repeat | %d |", l.KeysMismatched)
 	p("| … got through only when repeated after the faults | %d |", r.Resolved)
 	p("| … never got through | %d |", l.SendsUnresolved)
-	p("| events accepted (2xx) | %d |", l.EventsSent)
-	p("| events in PostgreSQL | %d |", l.EventsInDB)
+	p("| events accepted (2xx) by the event routes | %d |", l.EventsSent)
+	p("| events in PostgreSQL (outbox and bulk ones included) | %d |", l.EventsInDB)
 	p("| … no send got their id (a key accepted twice) | %d |", l.EventsUnknown)
 	p("| … accepted but missing | %d |", l.EventsMissing)
 	p("| deliveries due (event × matching endpoint) | %d |", l.Deliveries)
@@ -392,6 +398,39 @@ func (r *chaosReport) writeLedger(p func(string, ...any)) {
 	p("| no answer (refused, reset) | %d |", a.NoAnswer)
 	p("| any other status | %v |", a.OtherStatus)
 	p("| 503s, timeouts and failures outside every fault (+%s) | %d |", r.Opts.Grace, a.OutsideOutage)
+	p("")
+}
+
+func (r *chaosReport) writeSources(p func(string, ...any)) {
+	o, b := r.Ledger.Outbox, r.Ledger.Bulk
+	p("## The outbox and bulk jobs")
+	p("")
+	p("Each outbox row and each bulk line carries a marker of its own in its data (every other bulk line's is its external_id too); " +
+		"the ledger counts webhookd's events by marker. An outbox transaction whose COMMIT got no answer (a PostgreSQL " +
+		"restart) is decided by the service's own table, written in the same transaction.")
+	p("")
+	p("| | outbox rows | bulk lines |")
+	p("|---|---:|---:|")
+	p("| sent | %d (in %d transactions) | %d (in %d requests, %d tries) |", o.Rows, o.Txs, b.Lines, b.Requests, b.Tries)
+	p("| accepted: committed / answered 202 | %d (%d transactions) | %d (%d jobs) |", o.RowsCommitted, o.TxsCommitted,
+		b.LinesOfAccepted, b.Accepted)
+	p("| … decided at the end: COMMIT unanswered, committed / not | %d / %d | |", o.TxsMaybeCommitted, o.TxsMaybe-o.TxsMaybeCommitted)
+	p("| … requests that got their 202 only when tried again after the faults | | %d |", r.Ledger.BulkResolved)
+	p("| … requests repeated with their key: the same job back / another job | | %d / %d |", b.Repeats, b.KeysMismatched)
+	p("| not accepted: transactions rolled back on purpose / failed before COMMIT; requests with no 202 | %d / %d | %d |",
+		o.TxsRolledBack, o.TxsFailed, b.NotAccepted)
+	p("| became one event each | %d | %d |", o.RowsMoved, b.LinesAccepted)
+	p("| bulk jobs succeeded / still running / failed, canceled or missing / unknown | | %d / %d / %d / %d |",
+		b.JobsSucceeded, b.JobsNotFinished, b.JobsOtherwise, b.JobsUnknown)
+	p("| refused by webhookd | %d | %d |", o.RowsRefused, b.LinesRefused)
+	p("| left in webhookd_outbox after the drain | %d | |", o.RowsLeft)
+	p("| deliveries due / delivered / dead letters / not routed (410 endpoint disabled) | %d / %d / %d / %d | %d / %d / %d / %d |",
+		o.Deliveries, o.Delivered, o.DeadLetters, o.NotRouted, b.Deliveries, b.Delivered, b.DeadLetters, b.NotRouted)
+	p("| **lost** (accepted, no event; deliveries lost) | **%d; %d** | **%d; %d** |", o.RowsLost, o.DeliveriesLost,
+		b.LinesLost, b.DeliveriesLost)
+	p("| **doubled** (more than one event) | **%d** | **%d** |", o.RowsDoubled, b.LinesDoubled)
+	p("| **not accepted, delivered anyway** (rolled back; no 202) | **%d** | **%d** |", o.RowsUncommittedDelivered, b.LinesUnaccepted)
+	p("| outcomes the service's database contradicts | %d | |", o.CommittedMissing+o.RolledBackFound)
 	p("")
 }
 

@@ -17,20 +17,22 @@ import (
 )
 
 // chaosSystem is what the soak runs and breaks: a throwaway PostgreSQL
-// server and redis-server, 2 `webhookd serve` and 2 `webhookd worker`
+// server (webhookd's database and a service's, whose outbox the workers
+// move) and redis-server, 2 `webhookd serve` and 2 `webhookd worker`
 // processes, each reaching PostgreSQL and Redis through a toxiproxy proxy
 // of its own, and the receiver.
 type chaosSystem struct {
-	opts  *chaosOptions
-	dir   string
-	pg    *chaosPostgres
-	db    *benchDatabase
-	redis *redisServer
-	px    *faultProxies
-	recv  *chaosReceiver
-	key   string
-	procs []*chaosProc // serve-1, serve-2, worker-1, worker-2
-	http  *http.Client
+	opts     *chaosOptions
+	dir      string
+	pg       *chaosPostgres
+	db       *benchDatabase
+	outboxDB *benchDatabase // the service's database (chaos_outbox.go)
+	redis    *redisServer
+	px       *faultProxies
+	recv     *chaosReceiver
+	key      string
+	procs    []*chaosProc // serve-1, serve-2, worker-1, worker-2
+	http     *http.Client
 
 	endpointNames map[string]string // endpoint id -> receiver endpoint name
 	endpointIDs   map[string]string // receiver endpoint name -> endpoint id
@@ -94,6 +96,9 @@ func startChaosSystem(ctx context.Context, o *chaosOptions) (_ *chaosSystem, err
 		return nil, err
 	}
 	s.key = strings.TrimSpace(out)
+	if err := s.setupOutboxSource(ctx); err != nil {
+		return nil, err
+	}
 	s.px = newFaultProxies()
 	redisAddr := strings.TrimSuffix(strings.TrimPrefix(s.redis.URL, "redis://"), "/0")
 	for _, name := range []string{"serve-1", "serve-2", "worker-1", "worker-2"} {
@@ -117,6 +122,10 @@ func startChaosSystem(ctx context.Context, o *chaosOptions) (_ *chaosSystem, err
 				return nil, err
 			}
 			env = append(env, "WEBHOOKD_API_ADDR="+p.APIAddr)
+		} else {
+			// The relay reaches the service's database through the
+			// worker's PostgreSQL proxy: a fault on that link cuts both.
+			env = append(env, s.outboxSourcesVia(pgProxy))
 		}
 		p.env = s.env(env...)
 		s.procs = append(s.procs, p)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math/rand/v2"
 	"reflect"
 	"slices"
 	"testing"
@@ -96,5 +97,18 @@ func TestCovered(t *testing.T) {
 		if got := covered(w, at(c.from), at(c.to)); got != c.want {
 			t.Errorf("covered(%d..%d) = %s, want %s", c.from, c.to, got, c.want)
 		}
+	}
+}
+
+// The outbox and bulk senders keep off the endpoints whose shares are
+// sized for the posted events alone.
+func TestPickRoomyType(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	seen := map[string]int{}
+	for range 1000 {
+		seen[pickRoomyType(rng)]++
+	}
+	if len(seen) != 2 || seen["order.created"] < 550 || seen["order.paid"] < 200 {
+		t.Errorf("types drawn: %v", seen)
 	}
 }
