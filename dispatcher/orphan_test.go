@@ -11,6 +11,7 @@ import (
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/dispatcher"
+	"github.com/webhookd/webhookd/storage"
 )
 
 // TestOrphanedTaskIsRecovered: a task a worker dequeued and never ran (the
@@ -143,4 +144,44 @@ func pass(t *testing.T, rec *dispatcher.Reconciler) int {
 		return ran
 	})
 	return n
+}
+
+// TestProbeOfADeliveryWhoseTaskWasOrphaned: an open circuit's probe is
+// due, and the delivery it picks has its task taken by a worker that never
+// ran it (a dequeue whose reply Redis lost). The probe's own task attempts
+// that delivery: its circuit closes now, not once asynq's recoverer or the
+// reconciler gives the taken task back (the chaos soak's seed 214994876
+// saw the first probe 27 s late).
+func TestProbeOfADeliveryWhoseTaskWasOrphaned(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *dispatcher.Config) {
+		c.Circuit = storage.CircuitConfig{After: 3, Probes: []time.Duration{time.Second}}
+		c.ReconcileGrace = time.Minute // the reconciler's own rescue of taken tasks is not what is tested
+	})
+	e.worker.Stop()
+	ctx := context.Background()
+	insp := asynq.NewInspectorFromRedisClient(e.redis)
+	rc := newReceiver(t, status(http.StatusNoContent))
+	ep := e.endpoint(rc.URL, nil)
+	id := e.publish("a", 1)[0]
+	// As a breaker leaves them: the circuit open with its probe due, the
+	// delivery waiting for it.
+	if _, err := e.db.Pool().Exec(ctx, `UPDATE endpoints SET circuit = 'open', failures = 3, probes = 0,
+		probe_at = now(), circuit_opened_at = now(), failing_since = now() WHERE id = $1`, ep.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.db.Pool().Exec(ctx, `UPDATE deliveries SET waiting_reason = 'circuit_open',
+		next_attempt_at = now() + interval '1 hour' WHERE id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	orphan(t, e, insp, id)
+	if err := e.worker.Queue.EnqueueProbe(ctx, ep.ID, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	e.worker = e.startWorker()
+	e.waitStatus(id, webhookd.DeliverySucceeded, 10*time.Second)
+	waitFor(t, 5*time.Second, "the circuit closed by the probe's success", func() bool {
+		got, _ := e.db.Store().GetEndpoint(ctx, e.project.ID, ep.ID)
+		return got.Circuit == webhookd.CircuitClosed
+	})
 }

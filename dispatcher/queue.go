@@ -293,6 +293,22 @@ func (q *Queue) Drop(id string) {
 	}()
 }
 
+// settle brings delivery id's own task in line with an attempt made
+// without it (res, err: what Attempt returned): dropped once the delivery
+// is done, moved to the time the attempt asks for, or woken to try again
+// when the attempt failed (PostgreSQL unreachable, say).
+func (q *Queue) settle(ctx context.Context, ep, id string, res Result, err error) {
+	var at *RetryAt
+	switch {
+	case errors.As(err, &at):
+		q.Reschedule(context.WithoutCancel(ctx), ep, id, at.At)
+	case err != nil:
+		q.Wake(context.WithoutCancel(ctx), ep, id)
+	case res.Status != webhookd.DeliveryPending && res.Status != webhookd.DeliveryRetrying:
+		q.Drop(id)
+	}
+}
+
 // Reschedule moves delivery id's sleeping task to at: deleted, then made
 // again. A task still running is moved once it sleeps (retryRunning), so
 // that a delivery attempted by another than its task does not wait for

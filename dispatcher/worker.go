@@ -392,7 +392,12 @@ func (w *Worker) handleProbe(ctx context.Context, t *asynq.Task) error {
 	case notYet != nil: // this clock is behind PostgreSQL's: at the probe's time
 		return &RetryAt{At: *notYet, Reason: "probe not due yet"}
 	case id != "":
-		w.Queue.Wake(ctx, ep, id)
+		// Attempted here, on the probe's task, not woken through the
+		// delivery's own task: that one may have been taken by a worker
+		// that never ran it (a dequeue whose reply Redis lost), which
+		// asynq gives back only when its lease runs out.
+		res, err := w.Deliverer.Attempt(ctx, Request{DeliveryID: id, EndpointID: ep})
+		w.Queue.settle(ctx, ep, id, res, err)
 	}
 	return nil
 }
