@@ -58,24 +58,40 @@ func (o *chaosOptions) Validate() error {
 	return nil
 }
 
+// seededOptions are a subcommand's flags (chaos, history).
+type seededOptions interface {
+	bind(fs *flag.FlagSet)
+	Validate() error
+}
+
+// parseSeeded parses subcommand name's flags into o and checks them
+// (false: bad flags, said on stderr), and picks *seed when -seed was not
+// given, saying how to repeat the run.
+func parseSeeded(name string, o seededOptions, seed *uint64, args []string) bool {
+	fs := flag.NewFlagSet("webhookd-bench "+name, flag.ContinueOnError)
+	o.bind(fs)
+	if err := fs.Parse(args); err != nil {
+		return false
+	}
+	if err := o.Validate(); err != nil {
+		fmt.Fprintf(os.Stderr, "webhookd-bench %s: %v\n", name, err)
+		return false
+	}
+	if *seed == 0 {
+		*seed = uint64(time.Now().UnixNano()) % 1_000_000_000
+	}
+	progress("%s: seed %d (repeat with -seed %d)", name, *seed, *seed)
+	return true
+}
+
 // runChaos is `webhookd-bench chaos [flags]`. Exit status: 0 when the
 // ledger holds, 1 when it does not or the soak could not run, 2 on bad
 // flags, 130 when interrupted.
 func runChaos(args []string) int {
 	o := &chaosOptions{}
-	fs := flag.NewFlagSet("webhookd-bench chaos", flag.ContinueOnError)
-	o.bind(fs)
-	if err := fs.Parse(args); err != nil {
+	if !parseSeeded("chaos", o, &o.Seed, args) {
 		return 2
 	}
-	if err := o.Validate(); err != nil {
-		fmt.Fprintln(os.Stderr, "webhookd-bench chaos:", err)
-		return 2
-	}
-	if o.Seed == 0 {
-		o.Seed = uint64(time.Now().UnixNano()) % 1_000_000_000
-	}
-	progress("chaos: seed %d (repeat with -seed %d)", o.Seed, o.Seed)
 	if _, err := os.Stat(o.Webhookd); err != nil {
 		fmt.Fprintf(os.Stderr, "webhookd-bench chaos: %v (build it with `make build`)\n", err)
 		return 1

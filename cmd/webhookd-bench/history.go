@@ -68,19 +68,9 @@ func (o *historyOptions) Validate() error {
 // interrupted (the days written so far stay).
 func runHistory(args []string) int {
 	o := &historyOptions{}
-	fs := flag.NewFlagSet("webhookd-bench history", flag.ContinueOnError)
-	o.bind(fs)
-	if err := fs.Parse(args); err != nil {
+	if !parseSeeded("history", o, &o.Seed, args) {
 		return 2
 	}
-	if err := o.Validate(); err != nil {
-		fmt.Fprintln(os.Stderr, "webhookd-bench history:", err)
-		return 2
-	}
-	if o.Seed == 0 {
-		o.Seed = uint64(time.Now().UnixNano()) % 1_000_000_000
-	}
-	progress("history: seed %d (repeat with -seed %d)", o.Seed, o.Seed)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	sum, err := generateHistory(ctx, o, time.Now())
