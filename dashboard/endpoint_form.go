@@ -284,23 +284,33 @@ func (s *Server) endpointPage(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	catalog, err := s.catalog(r.Context(), ep.ProjectID)
+	v, catalog, err := s.endpointView(r.Context(), ep)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	lifecycle, err := s.store.EndpointLifecycle(r.Context(), ep.ProjectID, ep.ID, lifecycleLimit)
+	v.Form, v.Saved = formOf(ep, catalog), r.URL.Query().Get("saved") == "1"
+	s.render(w, r, http.StatusOK, endpointPage(v))
+}
+
+// endpointView is what an endpoint's page shows besides its form (its
+// lifecycle, the preview pane's choices), and the scope's catalog, which
+// the form offers: the page as first shown, after a refused save and after
+// a preview alike.
+func (s *Server) endpointView(ctx context.Context, ep webhookd.Endpoint) (endpointPageView, []storage.EventTypeRow, error) {
+	catalog, err := s.catalog(ctx, ep.ProjectID)
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return endpointPageView{}, nil, err
 	}
-	preview, err := s.previewChoices(r.Context(), ep)
+	lifecycle, err := s.store.EndpointLifecycle(ctx, ep.ProjectID, ep.ID, lifecycleLimit)
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return endpointPageView{}, nil, err
 	}
-	s.render(w, r, http.StatusOK, endpointPage(endpointPageView{E: ep, Form: formOf(ep, catalog),
-		Saved: r.URL.Query().Get("saved") == "1", Preview: preview, Lifecycle: lifecycle, Now: s.cfg.Clock.Now()}))
+	preview, err := s.previewChoices(ctx, ep)
+	if err != nil {
+		return endpointPageView{}, nil, err
+	}
+	return endpointPageView{E: ep, Preview: preview, Lifecycle: lifecycle, Now: s.cfg.Clock.Now()}, catalog, nil
 }
 
 // updateEndpoint changes an endpoint's URL, description and event types,
@@ -312,18 +322,14 @@ func (s *Server) updateEndpoint(w http.ResponseWriter, r *http.Request) {
 	}
 	f, types, msg := s.readEndpointForm(w, r)
 	if msg != "" {
-		catalog, err := s.catalog(r.Context(), ep.ProjectID)
-		if err != nil {
-			s.fail(w, r, err)
-			return
-		}
-		preview, err := s.previewChoices(r.Context(), ep)
+		v, catalog, err := s.endpointView(r.Context(), ep)
 		if err != nil {
 			s.fail(w, r, err)
 			return
 		}
 		f.Catalog, f.Error = catalog, msg
-		s.render(w, r, http.StatusBadRequest, endpointPage(endpointPageView{E: ep, Form: f, Preview: preview}))
+		v.Form = f
+		s.render(w, r, http.StatusBadRequest, endpointPage(v))
 		return
 	}
 	_, err := s.store.UpdateEndpoint(r.Context(), ep.ProjectID, ep.ID, storage.EndpointPatch{URL: &f.URL,

@@ -262,4 +262,18 @@ func TestEndpointPageShowsItsLifecycle(t *testing.T) {
 	if strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Fatalf("lifecycle %q, want %q", got, want)
 	}
+	// The page shown again after a preview, or after a save the form
+	// refused, is the same page: its lifecycle too.
+	for _, again := range []struct {
+		path string
+		form url.Values
+	}{
+		{"/endpoints/" + ep + "/preview", url.Values{"url": {"http://127.0.0.1:9/p"}, "preview_type": {"invoice.paid"}}},
+		{"/endpoints/" + ep, url.Values{"url": {"not a url"}}},
+	} {
+		_, body = f.do(c, "POST", again.path, again.form, nil)
+		if n := parseHTML(t, body).Find(".lifecycle-table tbody tr").Length(); n != len(want) {
+			t.Fatalf("POST %s: the page shows %d lifecycle events, want %d", again.path, n, len(want))
+		}
+	}
 }

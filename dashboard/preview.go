@@ -63,18 +63,14 @@ func (s *Server) previewEndpoint(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	catalog, err := s.catalog(r.Context(), ep.ProjectID)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	p, err := s.previewChoices(r.Context(), ep)
+	v, catalog, err := s.endpointView(r.Context(), ep)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	f, _, msg := s.readEndpointForm(w, r)
 	f.Catalog, f.Error = catalog, msg
+	p := &v.Preview
 	p.EventID = strings.TrimSpace(r.PostForm.Get("preview_event"))
 	p.Type = strings.TrimSpace(r.PostForm.Get("preview_type"))
 	p.Data = r.PostForm.Get("preview_data")
@@ -82,9 +78,10 @@ func (s *Server) previewEndpoint(w http.ResponseWriter, r *http.Request) {
 	if msg != "" { // the filter or the transformation does not check: the form says why
 		code = http.StatusBadRequest
 	} else {
-		s.runPreview(r.Context(), ep, f, catalog, &p)
+		s.runPreview(r.Context(), ep, f, catalog, p)
 	}
-	s.render(w, r, code, endpointPage(endpointPageView{E: ep, Form: f, Preview: p, Now: s.cfg.Clock.Now()}))
+	v.Form = f
+	s.render(w, r, code, endpointPage(v))
 }
 
 // runPreview tries f's filter and transformation on the event p names.
