@@ -53,6 +53,18 @@ type rssLine struct {
 	Incarnations         int
 	Early, Late, Highest int64 // the longest-lived incarnation's median in its first and last third after warm-up
 	Flat                 bool
+	Judged               bool // the window past warm-up is long enough to tell a leak (rssJudgedSpan)
+}
+
+// verdict is the table's word for Flat.
+func (l rssLine) verdict() string {
+	switch {
+	case !l.Judged:
+		return "too short to judge"
+	case l.Flat:
+		return "yes"
+	}
+	return "no"
 }
 
 func buildChaosReport(ctx context.Context, o *chaosOptions, sys *chaosSystem, load *chaosLoad, live *livenessSampler,
@@ -150,32 +162,65 @@ func isTimeout(failure string) bool {
 	return strings.Contains(failure, "deadline exceeded") || strings.Contains(failure, "timeout")
 }
 
+// rssWarmUp is the shortest warm-up an incarnation's samples skip: a
+// process just started under load grows to its working set (pools,
+// caches, the heap's first GC cycles) for its first several seconds, and a
+// worker restarted in the middle of a 60 s soak lives only ~40 s of it.
+const rssWarmUp = 20 * time.Second
+
+// rssJudgedSpan is the shortest window past warm-up whose growth is
+// judged. Over less, a process still holding what a fault left it (held
+// work, a pool grown while a link was slow; Go returns freed pages to the
+// OS over minutes) cannot be told from a leak: the 60 s smoke soaks report
+// their figures, the long soak (make chaos) judges them.
+const rssJudgedSpan = 2 * time.Minute
+
 // rssOf summarises a slot's samples: its longest-lived incarnation, past
-// its first 20% (warm-up), first third against last third.
+// its warm-up (its first fifth, and at least rssWarmUp), first third
+// against last third.
 func rssOf(p *chaosProc) rssLine {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	line := rssLine{Name: p.Name, Incarnations: p.incarnation, Flat: true}
-	by := make(map[int][]int64)
+	by := make(map[int][]rssSample)
 	for _, s := range p.rss {
-		by[s.incarnation] = append(by[s.incarnation], s.bytes)
+		by[s.incarnation] = append(by[s.incarnation], s)
 		line.Highest = max(line.Highest, s.bytes)
 	}
-	var longest []int64
+	var longest []rssSample
 	for _, v := range by {
 		if len(v) > len(longest) {
 			longest = v
 		}
 	}
-	longest = longest[len(longest)/5:]
+	longest = pastWarmUp(longest)
 	if len(longest) < 6 {
 		return line
 	}
-	third := len(longest) / 3
-	line.Early, line.Late = medianBytes(longest[:third]), medianBytes(longest[len(longest)-third:])
+	line.Judged = longest[len(longest)-1].at.Sub(longest[0].at) >= rssJudgedSpan
+	bytes := make([]int64, len(longest))
+	for i, s := range longest {
+		bytes[i] = s.bytes
+	}
+	third := len(bytes) / 3
+	line.Early, line.Late = medianBytes(bytes[:third]), medianBytes(bytes[len(bytes)-third:])
 	// Flat: grew by under half, or under 30 MB.
-	line.Flat = float64(line.Late) < 1.5*float64(line.Early) || line.Late-line.Early < 30<<20
+	line.Flat = !line.Judged || float64(line.Late) < 1.5*float64(line.Early) || line.Late-line.Early < 30<<20
 	return line
+}
+
+// pastWarmUp drops an incarnation's samples (in time order) from its first
+// fifth and its first rssWarmUp, whichever is longer.
+func pastWarmUp(v []rssSample) []rssSample {
+	if len(v) == 0 {
+		return v
+	}
+	start := v[0].at
+	v = v[len(v)/5:]
+	for len(v) > 0 && v[0].at.Sub(start) < rssWarmUp {
+		v = v[1:]
+	}
+	return v
 }
 
 func medianBytes(v []int64) int64 {
@@ -290,13 +335,14 @@ func (r *chaosReport) Write(w io.Writer) error {
 	r.writeSeams(p)
 	p("## Resident set per process")
 	p("")
-	p("The longest-lived incarnation of each slot, sampled every 2 s, after its first fifth: median of the first third " +
-		"against the last third. Flat: grew by under half, or under 30 MB.")
+	p("The longest-lived incarnation of each slot, sampled every 2 s, after its warm-up (its first fifth, at least %s): "+
+		"median of the first third against the last third. Flat: grew by under half, or under 30 MB; judged only "+
+		"over a window of %s or more.", rssWarmUp, rssJudgedSpan)
 	p("")
 	p("| process | incarnations | early | late | highest | flat |")
 	p("|---|---:|---:|---:|---:|---|")
 	for _, s := range r.RSS {
-		p("| %s | %d | %s | %s | %s | %v |", s.Name, s.Incarnations, mb(s.Early), mb(s.Late), mb(s.Highest), s.Flat)
+		p("| %s | %d | %s | %s | %s | %v |", s.Name, s.Incarnations, mb(s.Early), mb(s.Late), mb(s.Highest), s.verdict())
 	}
 	p("")
 	p("## Reproduce")

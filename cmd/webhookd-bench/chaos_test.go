@@ -112,3 +112,26 @@ func TestPickRoomyType(t *testing.T) {
 		t.Errorf("types drawn: %v", seen)
 	}
 }
+
+// Growth past the warm-up of a long-lived process is a leak; a window too
+// short to tell one from what a fault left behind is not judged.
+func TestRSSFlatJudgedOnlyOverALongWindow(t *testing.T) {
+	at := time.Unix(0, 0)
+	proc := func(samples int, mb func(i int) int64) *chaosProc {
+		p := &chaosProc{Name: "worker-2", incarnation: 2}
+		for i := range samples { // a sample every 2 s
+			p.rss = append(p.rss, rssSample{at: at.Add(time.Duration(i) * 2 * time.Second), incarnation: 2, bytes: mb(i) << 20})
+		}
+		return p
+	}
+	leak := func(i int) int64 { return 40 + int64(i) } // 1 MB more every 2 s, to the end
+	if l := rssOf(proc(180, leak)); l.Flat || !l.Judged {
+		t.Errorf("6 min of steady growth judged flat: %+v", l)
+	}
+	if l := rssOf(proc(180, func(i int) int64 { return min(40+int64(i), 70) })); !l.Flat || !l.Judged {
+		t.Errorf("growth that stops in the warm-up judged a leak: %+v", l)
+	}
+	if l := rssOf(proc(28, func(i int) int64 { return 44 + int64(max(i-15, 0))*3 })); !l.Flat || l.Judged {
+		t.Errorf("56 s judged: %+v", l)
+	}
+}
