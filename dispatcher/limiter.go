@@ -21,9 +21,11 @@ import (
 //     latency that climbs past tolerance times the endpoint's baseline
 //     (its lowest latency) cuts it by latencyCut. A cut
 //     happens at most once per round trip, so that the requests of one
-//     window failing together count as one sign, not as many. A timeout or
-//     a refused connection cuts at once, whatever the last cut: those take
-//     long to come back and are the surest signs.
+//     window failing together count as one sign, not as many; but a 429 or
+//     5xx to a request sent after the last cut was sent within the limit
+//     that cut left, and cuts again. A timeout or a refused connection cuts
+//     at once, whatever the last cut: those take long to come back and are
+//     the surest signs.
 //   - Other answers (3xx, 4xx but 429, an attempt not sent) say nothing of
 //     capacity and leave it as it is.
 //
@@ -95,7 +97,7 @@ func (l *limiter) observe(now time.Time, sig signal, rtt time.Duration, inFlight
 		l.sample(rtt)
 		switch {
 		case l.climbing(l.srtt):
-			l.cut(now, latencyCut, false)
+			l.cut(now, latencyCut, false, false)
 		case float64(inFlight)*2 >= l.limit: // in use: a limit nobody uses proves nothing
 			if l.limit < l.ssthresh {
 				l.limit++
@@ -104,9 +106,14 @@ func (l *limiter) observe(now time.Time, sig signal, rtt time.Duration, inFlight
 			}
 		}
 	case signalOverload, signalServerError:
-		l.cut(now, overloadCut, false)
+		// A refusal of a request sent after the last cut is a sign of its
+		// own: the limit that cut left is still too high. Without it, a
+		// receiver that refuses at once would have the requests past its
+		// capacity refused again and again for a whole round trip of its
+		// answers before the next cut.
+		l.cut(now, overloadCut, false, now.Add(-rtt).After(l.lastCut))
 	case signalTimeout:
-		l.cut(now, overloadCut, true)
+		l.cut(now, overloadCut, true, false)
 	}
 	l.limit = max(1, min(l.limit, float64(ceiling)))
 }
@@ -146,10 +153,11 @@ func (l *limiter) climbing(d time.Duration) bool {
 }
 
 // cut multiplies the limit by factor, at most once per round trip unless
-// always, and ends slow start.
-func (l *limiter) cut(now time.Time, factor float64, always bool) {
+// always or again (the request was sent after the last cut), and ends
+// slow start.
+func (l *limiter) cut(now time.Time, factor float64, always, again bool) {
 	fresh := now.Sub(l.lastCut) >= max(l.srtt, minCutGap) // not within the round trip of the last cut
-	if !always && !fresh {
+	if !always && !fresh && !again {
 		return
 	}
 	if fresh {

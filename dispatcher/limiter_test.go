@@ -68,7 +68,7 @@ func TestLimiterReactions(t *testing.T) {
 		})
 	}
 
-	t.Run("one cut per round trip for answers, every time for timeouts", func(t *testing.T) {
+	t.Run("one cut per round trip for answers, or per refusal sent since the last; every time for timeouts", func(t *testing.T) {
 		l := steady()
 		for range 5 {
 			l.observe(t0, signalOverload, 100*time.Millisecond, 20, ceiling)
@@ -79,6 +79,16 @@ func TestLimiterReactions(t *testing.T) {
 		l.observe(t0.Add(200*time.Millisecond), signalOverload, 100*time.Millisecond, 20, ceiling)
 		if l.limit != 16*overloadCut {
 			t.Fatalf("a 503 a round trip later: limit %v, want %v", l.limit, 16*overloadCut)
+		}
+		q := steady() // a receiver that refuses at once: its refusals come back within a millisecond
+		q.observe(t0, signalOverload, time.Millisecond, 20, ceiling)
+		q.observe(t0.Add(5*time.Millisecond), signalOverload, 10*time.Millisecond, 20, ceiling)
+		if q.limit != 16 {
+			t.Fatalf("a 503 to a request sent before the cut: limit %v, want 16", q.limit)
+		}
+		q.observe(t0.Add(5*time.Millisecond), signalOverload, time.Millisecond, 16, ceiling)
+		if q.limit != 16*overloadCut {
+			t.Fatalf("a 503 to a request sent after the cut: limit %v, want %v", q.limit, 16*overloadCut)
 		}
 		h := newLimiter(10)
 		for range 10 { // a hanging receiver: every request of the window times out
