@@ -16,6 +16,17 @@ import (
 //     half of it in flight), grows by one per success: it doubles every
 //     round trip until the first sign of trouble (slow start), then grows
 //     by about one per round trip (ssthresh, as TCP's).
+//   - Before that first sign, while more deliveries wait for the endpoint
+//     than the limit lets through (a backlog: the gate's count) and an
+//     answer came within rampTolerance of the baseline, that success grows
+//     it by rampStep instead of one: it quadruples every round trip
+//     (the ramp). So a healthy endpoint with a backlog reaches the
+//     concurrency it needs within a few round trips, not a burst's length;
+//     and since the growth is per success, an endpoint that refuses past
+//     its capacity is cut as soon as its first refusals come back, a few
+//     requests past it (and again while those sent since are refused),
+//     while one that slows past it ends the ramp with its first slower
+//     answers.
 //   - It shrinks when the endpoint is overloaded: a 429, 503 or other 5xx,
 //     a timeout or a refused connection cuts it by overloadCut; a smoothed
 //     latency that climbs past tolerance times the endpoint's baseline
@@ -52,6 +63,9 @@ const (
 	latencyCut       = 0.9                    // and on a latency that climbs
 	baselineWindow   = 100                    // 2xx answers per baseline window
 	minCutGap        = 100 * time.Millisecond // the shortest round trip a cut waits for
+	rampStep         = 3                      // growth per success in the ramp: ×4 per round trip
+	rampTolerance    = 1.25                   // an answer within rampTolerance × baseline (+ rampSlack) holds the ramp
+	rampSlack        = 10 * time.Millisecond  // the ramp's jitter, tighter than limiterSlack
 )
 
 // signal is what one attempt's outcome says of its endpoint's capacity.
@@ -90,14 +104,19 @@ func (l *limiter) current(ceiling int) int {
 }
 
 // observe tells the limiter how one request ended at now: sig after rtt,
-// with inFlight requests (this one included) in flight as it was sent.
-func (l *limiter) observe(now time.Time, sig signal, rtt time.Duration, inFlight, ceiling int) {
+// with inFlight requests (this one included) in flight as it was sent and
+// waiting deliveries of the endpoint waiting for room as it ended.
+func (l *limiter) observe(now time.Time, sig signal, rtt time.Duration, inFlight, waiting, ceiling int) {
 	switch sig {
 	case signalOK:
 		l.sample(rtt)
 		switch {
 		case l.climbing(l.srtt):
 			l.cut(now, latencyCut, false, false)
+		case l.ramping(rtt, waiting) && float64(inFlight)*(1+rampStep) >= l.limit:
+			// In use as the ramp counts it: the requests of the round trip
+			// before, each of which may bring rampStep more.
+			l.limit += rampStep
 		case float64(inFlight)*2 >= l.limit: // in use: a limit nobody uses proves nothing
 			if l.limit < l.ssthresh {
 				l.limit++
@@ -145,6 +164,15 @@ func (l *limiter) sample(rtt time.Duration) {
 		}
 		l.winN = 0
 	}
+}
+
+// ramping reports whether a success that took rtt, with waiting
+// deliveries waiting, grows the limit by rampStep: no sign of trouble
+// yet, more waiting than the limit, and an answer about as fast as the
+// endpoint's best.
+func (l *limiter) ramping(rtt time.Duration, waiting int) bool {
+	return math.IsInf(l.ssthresh, 1) && float64(waiting) > l.limit &&
+		rtt <= time.Duration(rampTolerance*float64(l.baseline))+rampSlack
 }
 
 // climbing reports whether latency d is past tolerance of the baseline.
