@@ -175,7 +175,9 @@ const endless = 1 << 20
 
 // simulate runs deliveries against m for d of simulated time: as many
 // requests in flight as the limit allows, as the gate keeps, the limiter
-// told how many wait (all of ld's that arrived and have not started).
+// told how many wait (all of ld's that arrived and have not started; the
+// gate tells it those it turned away in the last round trip, fewer, so the
+// gate ramps no further than this).
 func simulate(m model, ld load, initial, ceiling int, d time.Duration, seed uint64) simResult {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	l := newLimiter(initial)
