@@ -14,7 +14,8 @@ import (
 // endpoint holds at most its share of the worker's slots. The limit adapts
 // to the endpoint (limiter): it starts at the worker's initial limit and
 // moves between 1 and the endpoint's max_in_flight with what its answers
-// and latency say.
+// and latency say, and how many of its deliveries the gate turned away
+// lately (the backlog that lets a healthy endpoint's limit ramp).
 //
 // An attempt that finds its endpoint at the cap may wait for a slot only
 // when a slot is sure to free soon: the endpoint answers fast enough that
@@ -53,6 +54,15 @@ type endpointState struct {
 	// process, at circuitSeen (markCircuit): a cache, never a count.
 	circuitOpen bool
 	circuitSeen time.Time
+
+	// turned counts the attempts turned away (held back) in the round trip
+	// that began at tripAt, turnedPrev those of the round trip before: how
+	// many deliveries the limit did not let through lately, a rate kept per
+	// round trip, not a count of the deliveries held. busy and busyPrev are
+	// the most requests in flight in the same round trips.
+	turned, turnedPrev int
+	busy, busyPrev     int
+	tripAt             time.Time
 }
 
 // gateIdle is how long the gate keeps an idle endpoint's state.
@@ -92,6 +102,39 @@ func ceilingOf(s *endpointState) int {
 	return webhookd.DefaultMaxInFlight
 }
 
+// rollLocked starts a new round trip of s's counts (attempts turned away,
+// most in flight) if the last one ended by now. A round trip is the
+// endpoint's request time, and at least the gate's wait.
+func (g *gate) rollLocked(s *endpointState, now time.Time) {
+	rtt := g.wait
+	if s.measured {
+		rtt = max(rtt, s.latency)
+	}
+	switch since := now.Sub(s.tripAt); {
+	case since >= 2*rtt:
+		s.turned, s.turnedPrev, s.busy, s.busyPrev, s.tripAt = 0, 0, s.inFlight, 0, now
+	case since >= rtt:
+		s.turned, s.turnedPrev, s.busy, s.busyPrev, s.tripAt = 0, s.turned, s.inFlight, s.busy, now
+	}
+}
+
+// busyLocked is the most requests of s in flight lately (in this round
+// trip or the last): what a request that ends now was sent among, as
+// near as the gate can tell without following each one.
+func (g *gate) busyLocked(s *endpointState, now time.Time) int {
+	g.rollLocked(s, now)
+	return max(s.inFlight, s.busy, s.busyPrev)
+}
+
+// waitingLocked is how many of s's deliveries wait for room, as far as the
+// gate can tell at now: the attempts admitted to wait for a slot, and as
+// many as were turned away in a round trip lately (those held back in
+// PostgreSQL, whose count is not this process's to keep).
+func (g *gate) waitingLocked(s *endpointState, now time.Time) int {
+	g.rollLocked(s, now)
+	return s.admitted + max(s.turned, s.turnedPrev)
+}
+
 // capOf is s's limit now.
 func (g *gate) capOf(s *endpointState) int { return s.lim.current(ceilingOf(s)) }
 
@@ -114,6 +157,8 @@ func (g *gate) admit(ep string) bool {
 			lat = stalled // no slot freed for longer than it takes: slow or hanging now
 		}
 		if s.admitted >= int(int64(c)*int64(g.wait)/int64(lat)) {
+			g.rollLocked(s, now)
+			s.turned++
 			return false
 		}
 	}
@@ -177,6 +222,8 @@ func (g *gate) takeLocked(s *endpointState, now time.Time) {
 		s.lastFree = now // a busy spell starts
 	}
 	s.inFlight++
+	g.rollLocked(s, now)
+	s.busy = max(s.busy, s.inFlight)
 }
 
 // freesLocked returns the channel closed when a slot frees next.
@@ -202,7 +249,8 @@ func (g *gate) release(ep string, took time.Duration, sig signal) {
 	now := g.now()
 	s := g.useLocked(ep, now)
 	if took >= 0 {
-		s.lim.observe(now, sig, took, s.inFlight, ceilingOf(s))
+		w := g.waitingLocked(s, now)
+		s.lim.observe(now, sig, took, g.busyLocked(s, now), w, ceilingOf(s))
 	}
 	s.inFlight--
 	s.lastFree = now

@@ -158,3 +158,61 @@ func TestGateLimitAdaptsToTheEndpoint(t *testing.T) {
 		t.Fatalf("an endpoint with max_in_flight 5 got %d slots", n)
 	}
 }
+
+// TestGateRampsOnABacklog: the attempts the gate turned away in the last
+// round trip are the backlog the limiter hears of. With more turned away
+// than the limit, a healthy endpoint's limit grows fourfold in a round
+// trip (the ramp) instead of doubling, and stops ramping once the limit
+// lets that many through.
+func TestGateRampsOnABacklog(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		name    string
+		backlog int // attempts turned away each round trip
+		want    []int
+	}{
+		{"no backlog: slow start doubles", 0, []int{20, 40, 80}},
+		{"a backlog of 100: ×4 until the limit passes it", 100, []int{40, 120, 240}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			now := time.Now()
+			g := newGate(10, 100*time.Millisecond)
+			g.now = func() time.Time { return now }
+			inFlight := 0
+			fill := func() {
+				for g.free("ep") > 0 {
+					if !g.admit("ep") || !g.acquire(ctx, "ep") {
+						t.Fatal("a free slot was refused")
+					}
+					inFlight++
+				}
+			}
+			turnAway := func(n int) { // n attempts find the endpoint at its cap
+				admitted := 0
+				for turned := 0; turned < n; {
+					if g.admit("ep") {
+						admitted++ // allowed to wait for a slot: it gives up instead
+					} else {
+						turned++
+					}
+				}
+				for range admitted {
+					g.unadmit("ep")
+				}
+			}
+			fill()
+			for i, want := range c.want {
+				now = now.Add(100 * time.Millisecond)
+				turnAway(c.backlog)
+				for n := inFlight; n > 0; n-- { // the round trip's answers, each slot taken again at once
+					g.release("ep", 100*time.Millisecond, signalOK)
+					inFlight--
+					fill()
+				}
+				if inFlight != want {
+					t.Fatalf("round trip %d: %d in flight, want %d", i+1, inFlight, want)
+				}
+			}
+		})
+	}
+}

@@ -16,14 +16,27 @@ import (
 //     half of it in flight), grows by one per success: it doubles every
 //     round trip until the first sign of trouble (slow start), then grows
 //     by about one per round trip (ssthresh, as TCP's).
+//   - Before that first sign, while more deliveries wait for the endpoint
+//     than the limit lets through (a backlog: the gate's count) and an
+//     answer came within rampTolerance of the baseline, that success grows
+//     it by rampStep instead of one: it quadruples every round trip
+//     (the ramp). So a healthy endpoint with a backlog reaches the
+//     concurrency it needs within a few round trips, not a burst's length;
+//     and since the growth is per success, an endpoint that refuses past
+//     its capacity is cut as soon as its first refusals come back, a few
+//     requests past it (and again while those sent since are refused),
+//     while one that slows past it ends the ramp with its first slower
+//     answers.
 //   - It shrinks when the endpoint is overloaded: a 429, 503 or other 5xx,
 //     a timeout or a refused connection cuts it by overloadCut; a smoothed
 //     latency that climbs past tolerance times the endpoint's baseline
 //     (its lowest latency) cuts it by latencyCut. A cut
 //     happens at most once per round trip, so that the requests of one
-//     window failing together count as one sign, not as many. A timeout or
-//     a refused connection cuts at once, whatever the last cut: those take
-//     long to come back and are the surest signs.
+//     window failing together count as one sign, not as many; but a 429 or
+//     5xx to a request sent after the last cut was sent within the limit
+//     that cut left, and cuts again. A timeout or a refused connection cuts
+//     at once, whatever the last cut: those take long to come back and are
+//     the surest signs.
 //   - Other answers (3xx, 4xx but 429, an attempt not sent) say nothing of
 //     capacity and leave it as it is.
 //
@@ -50,6 +63,9 @@ const (
 	latencyCut       = 0.9                    // and on a latency that climbs
 	baselineWindow   = 100                    // 2xx answers per baseline window
 	minCutGap        = 100 * time.Millisecond // the shortest round trip a cut waits for
+	rampStep         = 3                      // growth per success in the ramp: ×4 per round trip
+	rampTolerance    = 1.25                   // an answer within rampTolerance × baseline (+ rampSlack) holds the ramp
+	rampSlack        = 10 * time.Millisecond  // the ramp's jitter, tighter than limiterSlack
 )
 
 // signal is what one attempt's outcome says of its endpoint's capacity.
@@ -88,14 +104,19 @@ func (l *limiter) current(ceiling int) int {
 }
 
 // observe tells the limiter how one request ended at now: sig after rtt,
-// with inFlight requests (this one included) in flight as it was sent.
-func (l *limiter) observe(now time.Time, sig signal, rtt time.Duration, inFlight, ceiling int) {
+// with inFlight requests (this one included) in flight as it was sent and
+// waiting deliveries of the endpoint waiting for room as it ended.
+func (l *limiter) observe(now time.Time, sig signal, rtt time.Duration, inFlight, waiting, ceiling int) {
 	switch sig {
 	case signalOK:
 		l.sample(rtt)
 		switch {
 		case l.climbing(l.srtt):
-			l.cut(now, latencyCut, false)
+			l.cut(now, latencyCut, false, false)
+		case l.ramping(rtt, waiting) && float64(inFlight)*(1+rampStep) >= l.limit:
+			// In use as the ramp counts it: the requests of the round trip
+			// before, each of which may bring rampStep more.
+			l.limit += rampStep
 		case float64(inFlight)*2 >= l.limit: // in use: a limit nobody uses proves nothing
 			if l.limit < l.ssthresh {
 				l.limit++
@@ -104,9 +125,14 @@ func (l *limiter) observe(now time.Time, sig signal, rtt time.Duration, inFlight
 			}
 		}
 	case signalOverload, signalServerError:
-		l.cut(now, overloadCut, false)
+		// A refusal of a request sent after the last cut is a sign of its
+		// own: the limit that cut left is still too high. Without it, a
+		// receiver that refuses at once would have the requests past its
+		// capacity refused again and again for a whole round trip of its
+		// answers before the next cut.
+		l.cut(now, overloadCut, false, now.Add(-rtt).After(l.lastCut))
 	case signalTimeout:
-		l.cut(now, overloadCut, true)
+		l.cut(now, overloadCut, true, false)
 	}
 	l.limit = max(1, min(l.limit, float64(ceiling)))
 }
@@ -140,16 +166,26 @@ func (l *limiter) sample(rtt time.Duration) {
 	}
 }
 
+// ramping reports whether a success that took rtt, with waiting
+// deliveries waiting, grows the limit by rampStep: no sign of trouble
+// yet, more waiting than the limit, and an answer about as fast as the
+// endpoint's best.
+func (l *limiter) ramping(rtt time.Duration, waiting int) bool {
+	return math.IsInf(l.ssthresh, 1) && float64(waiting) > l.limit &&
+		rtt <= time.Duration(rampTolerance*float64(l.baseline))+rampSlack
+}
+
 // climbing reports whether latency d is past tolerance of the baseline.
 func (l *limiter) climbing(d time.Duration) bool {
 	return d > time.Duration(limiterTolerance*float64(l.baseline))+limiterSlack
 }
 
 // cut multiplies the limit by factor, at most once per round trip unless
-// always, and ends slow start.
-func (l *limiter) cut(now time.Time, factor float64, always bool) {
+// always or again (the request was sent after the last cut), and ends
+// slow start.
+func (l *limiter) cut(now time.Time, factor float64, always, again bool) {
 	fresh := now.Sub(l.lastCut) >= max(l.srtt, minCutGap) // not within the round trip of the last cut
-	if !always && !fresh {
+	if !always && !fresh && !again {
 		return
 	}
 	if fresh {

@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
@@ -39,6 +40,11 @@ func TestLimiterReactions(t *testing.T) {
 		l.ssthresh, l.baseline, l.srtt = 20, 100*time.Millisecond, 100*time.Millisecond
 		return l
 	}
+	ramping := func() limiter { // a limit of 20 in its first slow start, baseline 100 ms
+		l := newLimiter(20)
+		l.baseline, l.srtt = 100*time.Millisecond, 100*time.Millisecond
+		return l
+	}
 	for _, c := range []struct {
 		name     string
 		l        limiter
@@ -46,43 +52,60 @@ func TestLimiterReactions(t *testing.T) {
 		sig      signal
 		rtt      time.Duration
 		inFlight int
+		waiting  int
 		ceiling  int
 		want     float64
 	}{
-		{"slow start: +1 per success", newLimiter(10), t0, signalOK, 200 * time.Millisecond, 10, ceiling, 11},
-		{"unused limit does not grow", newLimiter(10), t0, signalOK, 200 * time.Millisecond, 4, ceiling, 10},
-		{"congestion avoidance: +1/limit", steady(), t0, signalOK, 100 * time.Millisecond, 20, ceiling, 20.05},
-		{"ceiling holds", newLimiter(10), t0, signalOK, time.Millisecond, 10, 10, 10},
-		{"503 cuts", steady(), t0, signalOverload, 100 * time.Millisecond, 20, ceiling, 16},
-		{"timeout cuts", steady(), t0, signalTimeout, 30 * time.Second, 20, ceiling, 16},
-		{"4xx says nothing", steady(), t0, signalNone, 100 * time.Millisecond, 20, ceiling, 20},
-		{"latency far past baseline cuts", steady(), t0, signalOK, 2 * time.Second, 20, ceiling, 18},
-		{"latency within tolerance grows", steady(), t0, signalOK, 190 * time.Millisecond, 20, ceiling, 20.05},
-		{"floor is 1", newLimiter(1), t0, signalTimeout, time.Second, 1, ceiling, 1},
+		{"slow start: +1 per success", newLimiter(10), t0, signalOK, 200 * time.Millisecond, 10, 0, ceiling, 11},
+		{"unused limit does not grow", newLimiter(10), t0, signalOK, 200 * time.Millisecond, 4, 0, ceiling, 10},
+		{"congestion avoidance: +1/limit", steady(), t0, signalOK, 100 * time.Millisecond, 20, 0, ceiling, 20.05},
+		{"ceiling holds", newLimiter(10), t0, signalOK, time.Millisecond, 10, 0, 10, 10},
+		{"503 cuts", steady(), t0, signalOverload, 100 * time.Millisecond, 20, 0, ceiling, 16},
+		{"timeout cuts", steady(), t0, signalTimeout, 30 * time.Second, 20, 0, ceiling, 16},
+		{"4xx says nothing", steady(), t0, signalNone, 100 * time.Millisecond, 20, 0, ceiling, 20},
+		{"latency far past baseline cuts", steady(), t0, signalOK, 2 * time.Second, 20, 0, ceiling, 18},
+		{"latency within tolerance grows", steady(), t0, signalOK, 190 * time.Millisecond, 20, 0, ceiling, 20.05},
+		{"floor is 1", newLimiter(1), t0, signalTimeout, time.Second, 1, 0, ceiling, 1},
+		{"ramp: a backlog at a steady latency, +rampStep per success", newLimiter(10), t0, signalOK, 200 * time.Millisecond, 10, 100, ceiling, 13},
+		{"no ramp without more waiting than the limit", newLimiter(10), t0, signalOK, 200 * time.Millisecond, 10, 10, ceiling, 11},
+		{"no ramp once latency leaves the baseline", ramping(), t0, signalOK, 150 * time.Millisecond, 20, 100, ceiling, 21},
+		{"no ramp after a sign of trouble", steady(), t0, signalOK, 100 * time.Millisecond, 20, 100, ceiling, 20.05},
+		{"the ramp's limit in use: up to rampStep+1 times in flight", newLimiter(10), t0, signalOK, 200 * time.Millisecond, 3, 100, ceiling, 13},
+		{"a limit in use by neither rule does not grow", newLimiter(10), t0, signalOK, 200 * time.Millisecond, 2, 100, ceiling, 10},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			c.l.observe(c.now, c.sig, c.rtt, c.inFlight, c.ceiling)
+			c.l.observe(c.now, c.sig, c.rtt, c.inFlight, c.waiting, c.ceiling)
 			if d := c.l.limit - c.want; d > 1e-9 || d < -1e-9 {
 				t.Fatalf("limit %v, want %v", c.l.limit, c.want)
 			}
 		})
 	}
 
-	t.Run("one cut per round trip for answers, every time for timeouts", func(t *testing.T) {
+	t.Run("one cut per round trip for answers, or per refusal sent since the last; every time for timeouts", func(t *testing.T) {
 		l := steady()
 		for range 5 {
-			l.observe(t0, signalOverload, 100*time.Millisecond, 20, ceiling)
+			l.observe(t0, signalOverload, 100*time.Millisecond, 20, 0, ceiling)
 		}
 		if l.limit != 16 {
 			t.Fatalf("five 503s of one round trip: limit %v, want 16", l.limit)
 		}
-		l.observe(t0.Add(200*time.Millisecond), signalOverload, 100*time.Millisecond, 20, ceiling)
+		l.observe(t0.Add(200*time.Millisecond), signalOverload, 100*time.Millisecond, 20, 0, ceiling)
 		if l.limit != 16*overloadCut {
 			t.Fatalf("a 503 a round trip later: limit %v, want %v", l.limit, 16*overloadCut)
 		}
+		q := steady() // a receiver that refuses at once: its refusals come back within a millisecond
+		q.observe(t0, signalOverload, time.Millisecond, 20, 0, ceiling)
+		q.observe(t0.Add(5*time.Millisecond), signalOverload, 10*time.Millisecond, 20, 0, ceiling)
+		if q.limit != 16 {
+			t.Fatalf("a 503 to a request sent before the cut: limit %v, want 16", q.limit)
+		}
+		q.observe(t0.Add(5*time.Millisecond), signalOverload, time.Millisecond, 16, 0, ceiling)
+		if q.limit != 16*overloadCut {
+			t.Fatalf("a 503 to a request sent after the cut: limit %v, want %v", q.limit, 16*overloadCut)
+		}
 		h := newLimiter(10)
 		for range 10 { // a hanging receiver: every request of the window times out
-			h.observe(t0, signalTimeout, 30*time.Second, 10, ceiling)
+			h.observe(t0, signalTimeout, 30*time.Second, 10, 0, ceiling)
 		}
 		if h.current(ceiling) != 1 {
 			t.Fatalf("ten timeouts: limit %v, want the floor", h.limit)
@@ -93,7 +116,7 @@ func TestLimiterReactions(t *testing.T) {
 		l := newLimiter(200)
 		l.ssthresh, l.baseline, l.srtt = 200, 100*time.Millisecond, 100*time.Millisecond
 		for range 30 {
-			l.observe(t0, signalTimeout, time.Second, 200, ceiling)
+			l.observe(t0, signalTimeout, time.Second, 200, 0, ceiling)
 		}
 		if l.ssthresh != 100 || l.limit >= 2 {
 			t.Fatalf("limit %v ssthresh %v, want floor and 100", l.limit, l.ssthresh)
@@ -111,10 +134,11 @@ type model struct {
 }
 
 type simEvent struct {
-	at  time.Time
-	sig signal
-	rtt time.Duration
-	n   int // in flight as it was sent
+	at      time.Time
+	arrival bool // a delivery arriving, not a request ending
+	sig     signal
+	rtt     time.Duration
+	n       int // in flight as it was sent
 }
 
 type simQueue []simEvent
@@ -130,15 +154,31 @@ func (q *simQueue) Pop() any {
 	return e
 }
 
-type simResult struct {
-	done, refused int           // 2xx, 503
-	limits        []int         // the limit at each second
-	elapsed       time.Duration // simulated
+// load is the deliveries that come for the endpoint in a simulation:
+// events deliveries, one every 1/rate s; the zero load is a backlog that
+// never ends.
+type load struct {
+	rate   float64
+	events int
 }
 
-// simulate runs a backlog that never ends against m for d of simulated
-// time: as many requests in flight as the limit allows, as the gate keeps.
-func simulate(m model, initial, ceiling int, d time.Duration, seed uint64) simResult {
+type simResult struct {
+	done, refused int             // 2xx, 503
+	limits        []int           // the limit at each second
+	peak          int             // the highest limit
+	waits         []time.Duration // of each delivery of a load, from its arrival to its first request
+	elapsed       time.Duration   // simulated
+}
+
+// endless is a backlog that never ends, as many waiting as the gate counts.
+const endless = 1 << 20
+
+// simulate runs deliveries against m for d of simulated time: as many
+// requests in flight as the limit allows, as the gate keeps, the limiter
+// told how many wait (all of ld's that arrived and have not started; the
+// gate tells it those it turned away in the last round trip, fewer, so the
+// gate ramps no further than this).
+func simulate(m model, ld load, initial, ceiling int, d time.Duration, seed uint64) simResult {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	l := newLimiter(initial)
 	var (
@@ -147,38 +187,75 @@ func simulate(m model, initial, ceiling int, d time.Duration, seed uint64) simRe
 		res      simResult
 		now      = t0
 		second   = t0.Add(time.Second)
+		arrived  []time.Time // waiting, oldest first
+		retries  int         // refused deliveries waiting to go again
+		sent     int         // of ld's events, arrived so far
 	)
+	waiting := func() int {
+		if ld.events == 0 {
+			return endless
+		}
+		return len(arrived) + retries
+	}
+	send := func() {
+		inFlight++
+		e := simEvent{n: inFlight}
+		if m.hang {
+			e.sig, e.rtt = signalTimeout, m.latency(inFlight)
+		} else if m.refuse != nil && m.refuse(inFlight) {
+			e.sig, e.rtt = signalOverload, time.Millisecond
+		} else {
+			e.sig, e.rtt = signalOK, m.latency(inFlight)
+		}
+		e.rtt += time.Duration(rng.Int64N(int64(e.rtt)/10 + 1)) // a little jitter
+		e.at = now.Add(e.rtt)
+		heap.Push(&q, e)
+	}
 	fill := func() {
-		for inFlight < l.current(ceiling) {
-			inFlight++
-			e := simEvent{n: inFlight}
-			if m.hang {
-				e.sig, e.rtt = signalTimeout, m.latency(inFlight)
-			} else if m.refuse != nil && m.refuse(inFlight) {
-				e.sig, e.rtt = signalOverload, time.Millisecond
-			} else {
-				e.sig, e.rtt = signalOK, m.latency(inFlight)
+		for inFlight < l.current(ceiling) && waiting() > 0 {
+			switch {
+			case ld.events == 0:
+			case retries > 0:
+				retries--
+			default:
+				res.waits = append(res.waits, now.Sub(arrived[0]))
+				arrived = arrived[1:]
 			}
-			e.rtt += time.Duration(rng.Int64N(int64(e.rtt)/10 + 1)) // a little jitter
-			e.at = now.Add(e.rtt)
-			heap.Push(&q, e)
+			send()
 		}
 	}
+	arrive := func() {
+		if sent < ld.events {
+			sent++
+			heap.Push(&q, simEvent{at: t0.Add(time.Duration(float64(sent-1) / ld.rate * float64(time.Second))), arrival: true})
+		}
+	}
+	arrive()
 	fill()
-	for now.Before(t0.Add(d)) {
+	for q.Len() > 0 && now.Before(t0.Add(d)) {
 		e := heap.Pop(&q).(simEvent)
 		now = e.at
 		for !now.Before(second) {
 			res.limits = append(res.limits, l.current(ceiling))
 			second = second.Add(time.Second)
 		}
-		l.observe(now, e.sig, e.rtt, e.n, ceiling)
+		if e.arrival {
+			arrived = append(arrived, now)
+			arrive()
+			fill()
+			continue
+		}
 		inFlight--
 		if e.sig == signalOK {
 			res.done++
 		} else {
 			res.refused++
+			if ld.events > 0 {
+				retries++ // tried again later, counted as waiting meanwhile
+			}
 		}
+		l.observe(now, e.sig, e.rtt, e.n, waiting(), ceiling)
+		res.peak = max(res.peak, l.current(ceiling))
 		fill()
 	}
 	res.elapsed = now.Sub(t0)
@@ -190,9 +267,12 @@ func simulate(m model, initial, ceiling int, d time.Duration, seed uint64) simRe
 func TestLimiterSimulation(t *testing.T) {
 	const ceiling = 1000
 	fixed := func(d time.Duration) func(int) time.Duration { return func(int) time.Duration { return d } }
+	// The loads a receiver meets: a backlog that never ends, and a stream
+	// of deliveries faster than the receiver can take them.
+	loads := []load{{}, {rate: 1000, events: 12000}}
 
 	t.Run("a healthy 200 ms receiver gets hundreds in flight within seconds", func(t *testing.T) {
-		r := simulate(model{latency: fixed(200 * time.Millisecond)}, 10, ceiling, 20*time.Second, 1)
+		r := simulate(model{latency: fixed(200 * time.Millisecond)}, load{}, 10, ceiling, 20*time.Second, 1)
 		if r.limits[2] < 200 {
 			t.Fatalf("limit after 3 s: %d (limits %v), want at least 200", r.limits[2], r.limits)
 		}
@@ -201,37 +281,76 @@ func TestLimiterSimulation(t *testing.T) {
 		}
 	})
 
+	// Issue 38: 2,000 deliveries at 1,000/s need 200 in flight at 200 ms.
+	// Doubling per round trip from 10 reaches that only after a second, and
+	// the backlog it leaves makes the last of the first second's deliveries
+	// wait 0.8 s; the ramp gets there within three round trips.
+	t.Run("a healthy 200 ms receiver reaches the concurrency its load needs within a second", func(t *testing.T) {
+		for seed := range uint64(5) {
+			r := simulate(model{latency: fixed(200 * time.Millisecond)}, load{rate: 1000, events: 2000}, 10, ceiling,
+				10*time.Second, seed)
+			p50, p99 := percentileOf(r.waits, 0.50), percentileOf(r.waits, 0.99)
+			if r.limits[0] < 200 || p99 > 500*time.Millisecond || p50 > 100*time.Millisecond {
+				t.Fatalf("seed %d: limit %d after 1 s, waits p50 %v p99 %v: want at least 200, and under 100 ms and 500 ms",
+					seed, r.limits[0], p50, p99)
+			}
+		}
+	})
+
 	t.Run("a receiver that serves 50 at once and refuses the rest", func(t *testing.T) {
 		const capacity = 50
 		lat := 100 * time.Millisecond
-		r := simulate(model{latency: fixed(lat), refuse: func(n int) bool { return n > capacity }}, 10, ceiling, 120*time.Second, 2)
-		best := capacity / lat.Seconds()
-		rate := float64(r.done) / r.elapsed.Seconds()
-		refused := float64(r.refused) / float64(r.done+r.refused)
-		t.Logf("%.0f/s of %.0f/s, %.2f%% refused, limit per second %v", rate, best, 100*refused, r.limits)
-		if rate < 0.8*best || refused > 0.02 {
-			t.Fatalf("%.0f/s (%.0f%% of capacity), %.2f%% refused: want at least 80%% and at most 2%%",
-				rate, 100*rate/best, 100*refused)
+		for _, ld := range loads {
+			r := simulate(model{latency: fixed(lat), refuse: func(n int) bool { return n > capacity }}, ld, 10, ceiling, 120*time.Second, 2)
+			best := capacity / lat.Seconds()
+			rate := float64(r.done) / r.elapsed.Seconds()
+			refused := float64(r.refused) / float64(r.done+r.refused)
+			t.Logf("%+v: %.0f/s of %.0f/s, %.2f%% refused, limit per second %v", ld, rate, best, 100*refused, r.limits)
+			if rate < 0.8*best || refused > 0.02 {
+				t.Fatalf("%+v: %.0f/s (%.0f%% of capacity), %.2f%% refused: want at least 80%% and at most 2%%",
+					ld, rate, 100*rate/best, 100*refused)
+			}
+		}
+		// Where the ramp first crosses the capacity: the successes of a
+		// round trip grow the limit past it before the first refusals come
+		// back, and each refusal of a request sent after a cut cuts again.
+		for seed := range uint64(10) {
+			for _, ld := range loads {
+				r := simulate(model{latency: fixed(lat), refuse: func(n int) bool { return n > capacity }}, ld, 10, ceiling, 2*time.Second, seed)
+				if r.refused > capacity || r.peak > 3*capacity/2 {
+					t.Fatalf("seed %d, %+v: %d refused in the first 2 s, limit up to %d: want at most %d and %d",
+						seed, ld, r.refused, r.peak, capacity, 3*capacity/2)
+				}
+			}
 		}
 	})
 
 	t.Run("a receiver whose latency grows with load above 50", func(t *testing.T) {
 		base := 100 * time.Millisecond
 		grow := func(n int) time.Duration { return base * time.Duration(max(n, 50)) / 50 }
-		r := simulate(model{latency: grow}, 10, ceiling, 120*time.Second, 3)
-		best := 50 / base.Seconds()
-		rate := float64(r.done) / r.elapsed.Seconds()
-		t.Logf("%.0f/s of %.0f/s, limit per second %v", rate, best, r.limits)
-		if rate < 0.8*best {
-			t.Fatalf("%.0f/s, want at least 80%% of %.0f/s", rate, best)
-		}
-		if last := r.limits[len(r.limits)-1]; last > 250 {
-			t.Fatalf("limit %d: it keeps growing while latency climbs", last)
+		for _, ld := range loads {
+			r := simulate(model{latency: grow}, ld, 10, ceiling, 120*time.Second, 3)
+			best := 50 / base.Seconds()
+			rate := float64(r.done) / r.elapsed.Seconds()
+			t.Logf("%+v: %.0f/s of %.0f/s, limit up to %d, limit per second %v", ld, rate, best, r.peak, r.limits)
+			if rate < 0.8*best {
+				t.Fatalf("%+v: %.0f/s, want at least 80%% of %.0f/s", ld, rate, best)
+			}
+			if last := r.limits[len(r.limits)-1]; last > 250 {
+				t.Fatalf("%+v: limit %d: it keeps growing while latency climbs", ld, last)
+			}
+			// Slow start alone, doubling until the latency climbs past
+			// tolerance, peaks at 236–242 here (seeds 1–10); the ramp ends
+			// with the first answers past rampTolerance, so it overshoots
+			// no more.
+			if r.peak > 250 {
+				t.Fatalf("%+v: limit up to %d, want at most 250", ld, r.peak)
+			}
 		}
 	})
 
 	t.Run("a hanging receiver is held near the floor", func(t *testing.T) {
-		r := simulate(model{latency: fixed(30 * time.Second), hang: true}, 10, ceiling, 5*time.Minute, 4)
+		r := simulate(model{latency: fixed(30 * time.Second), hang: true}, load{}, 10, ceiling, 5*time.Minute, 4)
 		for i, lim := range r.limits {
 			if lim > 10 {
 				t.Fatalf("limit %d at %d s: more than the initial 10", lim, i+1)
@@ -243,11 +362,21 @@ func TestLimiterSimulation(t *testing.T) {
 	})
 
 	t.Run("an endpoint's max_in_flight is the ceiling", func(t *testing.T) {
-		r := simulate(model{latency: fixed(10 * time.Millisecond)}, 10, 25, 10*time.Second, 5)
+		r := simulate(model{latency: fixed(10 * time.Millisecond)}, load{}, 10, 25, 10*time.Second, 5)
 		for _, lim := range r.limits {
 			if lim > 25 {
 				t.Fatalf("limit %d over the ceiling 25", lim)
 			}
 		}
 	})
+}
+
+// percentileOf is the p-quantile of ds (0 for none).
+func percentileOf(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[int(p*float64(len(s)-1))]
 }
