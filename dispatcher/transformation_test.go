@@ -3,6 +3,7 @@ package dispatcher_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/dispatcher"
 	"github.com/webhookd/webhookd/storage"
 )
 
@@ -151,6 +153,38 @@ func TestTransformationThrows(t *testing.T) {
 	}
 	if n := e.count(`SELECT count(*) FROM dead_letters WHERE delivery_id = $1 AND reason = 'transformation_failed'`, id); n != 1 {
 		t.Fatalf("%d dead letters transformation_failed", n)
+	}
+}
+
+// TestTransformationOverPayloadLimit: a transformation's body is bounded
+// by the payload limit the API holds events to (WEBHOOKD_MAX_PAYLOAD_BYTES),
+// not by the engine's own: a body over it is not sent, and the delivery is
+// a dead letter transformation_failed whose attempt says the size and the
+// limit; one under it goes.
+func TestTransformationOverPayloadLimit(t *testing.T) {
+	t.Parallel()
+	const limit = 8 << 10
+	e := newEnv(t, func(c *dispatcher.Config) { c.MaxPayloadBytes = limit })
+	rc := newReceiver(t, status(204))
+	// 10,000 and 6,000 characters of padding: both far under the engine's
+	// default bound (256 KiB), one over the limit and one under it.
+	big := e.transformedEndpoint(rc.URL+"/big", `function handler(w) { w.payload = {pad: new Array(1001).join("0123456789")}; return w }`, "")
+	small := e.transformedEndpoint(rc.URL+"/small", `function handler(w) { w.payload = {pad: new Array(601).join("0123456789")}; return w }`, "")
+	refs := e.publishData("order.paid", `{}`)[0]
+	e.waitStatus(to(t, refs, small.ID), webhookd.DeliverySucceeded, 10*time.Second)
+	id := to(t, refs, big.ID)
+	d := e.waitStatus(id, webhookd.DeliveryDeadLetter, 10*time.Second)
+	if len(d.Attempts) != 1 || d.Attempts[0].Error == nil || d.Attempts[0].StatusCode != nil {
+		t.Fatalf("attempts %+v: want one that sent nothing", d.Attempts)
+	}
+	if msg := *d.Attempts[0].Error; !strings.Contains(msg, "10010 bytes") || !strings.Contains(msg, fmt.Sprint(limit)) {
+		t.Fatalf("attempt error %q: want the body's size and the limit", msg)
+	}
+	if n := e.count(`SELECT count(*) FROM dead_letters WHERE delivery_id = $1 AND reason = 'transformation_failed'`, id); n != 1 {
+		t.Fatalf("%d dead letters transformation_failed", n)
+	}
+	if got := rc.requests(); len(got) != 1 || len(got[0].body) != 6010 {
+		t.Fatalf("the receiver got %d requests, want the small body alone", len(got))
 	}
 }
 
