@@ -18,7 +18,7 @@ FUZZTIME     ?= 1m
 FUZZPARALLEL ?= 1
 FUZZ_TARGETS ?= ./api:FuzzEvents ./api:FuzzEventBatch ./api:FuzzEndpointCreate ./api:FuzzEndpointPatch \
 	./api:FuzzLists ./api:FuzzRedeliver ./api:FuzzReplay ./api:FuzzSecret ./api:FuzzRoutes ./api:FuzzParseEvent \
-	./dispatcher:FuzzParseRetryAfter ./filter:FuzzFilter ./transform:FuzzTransform
+	./dispatcher:FuzzParseRetryAfter ./filter:FuzzFilter ./filter:FuzzScan ./transform:FuzzTransform
 # The load tool (cmd/webhookd-bench) and the sizes of make bench-smoke's run:
 # small enough for CI on 2 cores; make bench uses the tool's full defaults.
 BENCH_TOOL        ?= bin/webhookd-bench

@@ -117,6 +117,11 @@ const (
 // TestEventType is the type of the event POST /v1/endpoints/{id}/test sends.
 const TestEventType = "webhookd.test"
 
+// DefaultMaxPayloadBytes is the payload limit's default
+// (WEBHOOKD_MAX_PAYLOAD_BYTES): the most bytes an event's data, an API
+// request's body and the body a transformation makes may hold.
+const DefaultMaxPayloadBytes = 64 << 10
+
 // Project is a tenant: every key, endpoint and event belongs to one.
 type Project struct {
 	ID                 string

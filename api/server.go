@@ -34,7 +34,8 @@ type Config struct {
 	Clock    webhookd.Clock        // default webhookd.SystemClock
 	Logger   *slog.Logger          // default slog.Default()
 	Metrics  prometheus.Registerer // default: a private registry
-	// MaxPayloadBytes caps a request body (and each batch item's data);
+	// MaxPayloadBytes caps a request body (and each batch item's data),
+	// and the body an endpoint's transformation makes when tried;
 	// default 65536.
 	MaxPayloadBytes int64
 	// MaxBatchBytes caps the body of POST /v1/events/batch; default 1 MiB.
@@ -119,7 +120,7 @@ func (c Config) WithDefaults() Config {
 		c.Metrics = prometheus.NewRegistry()
 	}
 	if c.MaxPayloadBytes == 0 {
-		c.MaxPayloadBytes = 64 << 10
+		c.MaxPayloadBytes = webhookd.DefaultMaxPayloadBytes
 	}
 	if c.MaxBatchBytes == 0 {
 		c.MaxBatchBytes = 1 << 20
@@ -236,7 +237,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, db: cfg.DB, log: cfg.Logger, clock: cfg.Clock, mux: http.NewServeMux(), keys: newKeyCache(),
 		eventChecker: newEventChecker(cfg.DB, cfg.MaxPayloadBytes), warm: warm.New(time.Minute),
-		transforms: transform.NewEngine(transform.Config{Budget: cfg.TransformTimeout}),
+		transforms: transform.NewEngine(transform.Config{Budget: cfg.TransformTimeout, MaxOutput: int(cfg.MaxPayloadBytes)}),
 		deferred: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "webhookd_api_enqueue_deferred_total",
 			Help: "New deliveries not handed to Redis after their commit (it could not be reached); the reconciler enqueues them.",

@@ -306,7 +306,7 @@ func (s *Server) endpointView(ctx context.Context, ep webhookd.Endpoint) (endpoi
 	if err != nil {
 		return endpointPageView{}, nil, err
 	}
-	preview, err := s.previewChoices(ctx, ep)
+	preview, err := s.previewChoices(ctx, ep, catalog)
 	if err != nil {
 		return endpointPageView{}, nil, err
 	}

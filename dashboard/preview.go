@@ -16,8 +16,10 @@ import (
 
 // The preview pane of an endpoint's page (SPEC §3 "Filters and
 // transformations"): the endpoint form's filter and transformation, saved
-// or not, tried on a past event of the endpoint or on a type and data (the
-// catalog's example when the data is left empty), showing whether the
+// or not, tried on a past event of the endpoint, on an example from the
+// project's catalog (picked from the types that have one), or on a type
+// and data (the catalog's example when the data is left empty), showing
+// whether the
 // filter matches and the request the transformation makes beside the body
 // webhookd would send. It is the form's second button, so it works
 // without JavaScript, and it sends and changes nothing.
@@ -29,10 +31,14 @@ const previewEvents = 20
 type previewView struct {
 	Events  []storage.DeliveryRow // recent deliveries of the endpoint, one per event
 	EventID string                // the past event chosen
-	Type    string                // or a type and data
-	Data    string
-	Ran     bool
-	Error   string // the event could not be had (no such event, bad JSON)
+	// Examples are the catalog's types that have an example, by name;
+	// Example is the one chosen.
+	Examples []string
+	Example  string
+	Type     string // or a type and data
+	Data     string
+	Ran      bool
+	Error    string // the event could not be had (no such event, bad JSON)
 
 	Original string // the body webhookd makes of the event, indented
 	// HasFilter: the form has a filter; Matched: the event matches it.
@@ -49,11 +55,18 @@ type previewView struct {
 	Body    string      // indented
 }
 
-// previewChoices are the pane's choices for ep: its recent events.
-func (s *Server) previewChoices(ctx context.Context, ep webhookd.Endpoint) (previewView, error) {
+// previewChoices are the pane's choices for ep: its recent events, and
+// the types of its project's catalog that have an example.
+func (s *Server) previewChoices(ctx context.Context, ep webhookd.Endpoint, catalog []storage.EventTypeRow) (previewView, error) {
 	rows, _, err := s.store.DashboardDeliveries(ctx, storage.DashboardFilter{ProjectID: ep.ProjectID, EndpointID: ep.ID,
 		Since: s.cfg.Clock.Now().Add(-s.cfg.Window)}, storage.Page{Limit: previewEvents})
-	return previewView{Events: rows}, err
+	v := previewView{Events: rows}
+	for _, t := range catalog {
+		if len(t.Example) > 0 {
+			v.Examples = append(v.Examples, t.Name)
+		}
+	}
+	return v, err
 }
 
 // previewEndpoint serves POST /endpoints/{id}/preview: the page again,
@@ -72,6 +85,7 @@ func (s *Server) previewEndpoint(w http.ResponseWriter, r *http.Request) {
 	f.Catalog, f.Error = catalog, msg
 	p := &v.Preview
 	p.EventID = strings.TrimSpace(r.PostForm.Get("preview_event"))
+	p.Example = strings.TrimSpace(r.PostForm.Get("preview_example"))
 	p.Type = strings.TrimSpace(r.PostForm.Get("preview_type"))
 	p.Data = r.PostForm.Get("preview_data")
 	code := http.StatusOK
@@ -130,8 +144,9 @@ func (s *Server) runPreview(ctx context.Context, ep webhookd.Endpoint, f endpoin
 	slices.SortFunc(p.Headers, func(a, b [2]string) int { return strings.Compare(a[0], b[0]) })
 }
 
-// previewEvent is the event the pane tries: the past one chosen, or the
-// type and data entered (the catalog's example when the data is empty).
+// previewEvent is the event the pane tries: the past one chosen, else the
+// catalog's example chosen, else the type and data entered (the catalog's
+// example when the data is empty).
 func (s *Server) previewEvent(ctx context.Context, ep webhookd.Endpoint, catalog []storage.EventTypeRow, p *previewView) (webhookd.Event, string) {
 	if p.EventID != "" {
 		ev, err := s.store.GetEvent(ctx, ep.ProjectID, p.EventID)
@@ -139,6 +154,13 @@ func (s *Server) previewEvent(ctx context.Context, ep webhookd.Endpoint, catalog
 			return ev, "No event " + p.EventID + " in this endpoint's project."
 		}
 		return ev, ""
+	}
+	if p.Example != "" {
+		i := slices.IndexFunc(catalog, func(c storage.EventTypeRow) bool { return c.Name == p.Example })
+		if i < 0 || len(catalog[i].Example) == 0 {
+			return webhookd.Event{}, "The catalog has no example of " + p.Example + "."
+		}
+		return s.previewOf(ep, p.Example, catalog[i].Example), ""
 	}
 	if !formEventType.MatchString(p.Type) {
 		return webhookd.Event{}, "Choose a past event, or enter an event type (1 to 128 characters of A-Z a-z 0-9 . _ : -) and its data."
@@ -155,7 +177,20 @@ func (s *Server) previewEvent(ctx context.Context, ep webhookd.Endpoint, catalog
 	if !json.Valid(data) {
 		return webhookd.Event{}, "The event's data must be JSON."
 	}
-	return webhookd.Event{ID: "evt_preview", ProjectID: ep.ProjectID, Type: p.Type, Data: data, CreatedAt: s.cfg.Clock.Now()}, ""
+	return s.previewOf(ep, p.Type, data), ""
+}
+
+// previewOf is an event of ep's project made up for the pane.
+func (s *Server) previewOf(ep webhookd.Endpoint, typ string, data json.RawMessage) webhookd.Event {
+	return webhookd.Event{ID: "evt_preview", ProjectID: ep.ProjectID, Type: typ, Data: data, CreatedAt: s.cfg.Clock.Now()}
+}
+
+// previewOtherwise says what the pane tries when no past event is chosen.
+func previewOtherwise(p previewView) string {
+	if len(p.Examples) > 0 {
+		return "the example or the type and data below"
+	}
+	return "the type and data below"
 }
 
 // indented is JSON text indented for reading, or as it is if it is not JSON.

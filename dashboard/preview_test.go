@@ -84,6 +84,39 @@ func TestEndpointTransformationFormAndPreview(t *testing.T) {
 	if !strings.Contains(parseHTML(t, body).Find("#preview-error").Text(), "JSON") {
 		t.Fatal("preview of bad data does not say so")
 	}
+
+	// A catalog example, picked from the types that have one.
+	proj, err := f.db.Store().ProjectByName(ctx, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, et := range []storage.EventType{{ProjectID: proj.ID, Name: "order.updated", Example: []byte(`{"n":7}`)},
+		{ProjectID: proj.ID, Name: "order.bare"}} {
+		if _, err := f.db.Store().CreateEventType(ctx, et, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, body = f.do(c, "GET", "/endpoints/"+ep, nil, nil)
+	doc = parseHTML(t, body)
+	if got := doc.Find(`#preview-example option[value="order.updated"]`).Text(); got != "order.updated example" ||
+		doc.Find(`#preview-example option[value="order.bare"]`).Length() != 0 {
+		t.Fatalf("example picker offers %q; want order.updated's example and not order.bare", doc.Find("#preview-example").Text())
+	}
+	code, body = preview(url.Values{"preview_example": {"order.updated"}, "preview_type": {"order.paid"}, "preview_data": {`{"n":1}`}})
+	doc = parseHTML(t, body)
+	if code != http.StatusOK || !strings.Contains(doc.Find("#preview-body").Text(), `"text": "n is 7"`) ||
+		!strings.Contains(doc.Find("#preview-original").Text(), `"type": "order.updated"`) ||
+		!strings.Contains(doc.Find("#preview-filter").Text(), "does not match") {
+		t.Fatalf("preview of a catalog example: %d\n%s", code, doc.Find("#preview-result").Text())
+	}
+	if v, _ := doc.Find(`#preview-example option[selected]`).Attr("value"); v != "order.updated" {
+		t.Fatalf("the picked example is not kept selected: %q", v)
+	}
+	_, body = preview(url.Values{"preview_example": {"order.bare"}})
+	if !strings.Contains(parseHTML(t, body).Find("#preview-error").Text(), "no example of order.bare") {
+		t.Fatal("preview of a type without an example does not say so")
+	}
+
 	if e, _ := f.db.Store().DashboardEndpoint(ctx, ep); e.Transformation != nil || e.Filter != nil || e.Version != 1 {
 		t.Fatalf("a preview or a refused form changed the endpoint: %+v", e)
 	}
@@ -134,6 +167,15 @@ func TestPortalPreview(t *testing.T) {
 		"transformation": {slackScript}, "preview_type": {"order.paid"}}, nil)
 	if resp.StatusCode != http.StatusOK || !strings.Contains(parseHTML(t, body).Find("#preview-body").Text(), "n is 41") {
 		t.Fatalf("portal preview: %d\n%s", resp.StatusCode, parseHTML(t, body).Find("#preview-result").Text())
+	}
+	// The example picked from the catalog's.
+	if parseHTML(t, body).Find(`#preview-example option[value="order.paid"]`).Length() != 1 {
+		t.Fatal("the portal's pane does not offer the catalog's example")
+	}
+	resp, body = f.do(c, "POST", base+"/endpoints/"+ep+"/preview", url.Values{"url": {"http://127.0.0.1:9/alpha"},
+		"transformation": {slackScript}, "preview_example": {"order.paid"}}, nil)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(parseHTML(t, body).Find("#preview-body").Text(), "n is 41") {
+		t.Fatalf("portal preview of the picked example: %d\n%s", resp.StatusCode, parseHTML(t, body).Find("#preview-result").Text())
 	}
 }
 

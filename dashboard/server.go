@@ -74,6 +74,10 @@ type Config struct {
 	// when the endpoint form checks it or the preview tries it
 	// (WEBHOOKD_TRANSFORM_TIMEOUT); default transform.DefaultBudget (50ms).
 	TransformTimeout time.Duration
+	// MaxPayloadBytes bounds the body a transformation makes in the
+	// preview, as it does in delivery (WEBHOOKD_MAX_PAYLOAD_BYTES); default
+	// webhookd.DefaultMaxPayloadBytes (65536).
+	MaxPayloadBytes int64
 }
 
 // WithDefaults fills zero values.
@@ -113,6 +117,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.TransformTimeout == 0 {
 		c.TransformTimeout = transform.DefaultBudget
+	}
+	if c.MaxPayloadBytes == 0 {
+		c.MaxPayloadBytes = webhookd.DefaultMaxPayloadBytes
 	}
 	return c
 }
@@ -180,7 +187,7 @@ func New(cfg Config) (*Server, error) {
 		portalSessions: newPortalSessions(cfg.AdminToken, cfg.SessionTTL),
 		portalLimiter:  newLoginLimiter(cfg.FailedLoginBurst, cfg.FailedLoginEvery),
 		portalCSP:      portalCSP(cfg.PortalFrameAncestors),
-		transforms:     transform.NewEngine(transform.Config{Budget: cfg.TransformTimeout})}
+		transforms:     transform.NewEngine(transform.Config{Budget: cfg.TransformTimeout, MaxOutput: int(cfg.MaxPayloadBytes)})}
 	mux := http.NewServeMux()
 	mux.Handle("GET /static/", http.StripPrefix("/static/", staticFiles()))
 	mux.HandleFunc("GET /login", s.loginPage)

@@ -3,6 +3,8 @@ package dispatcher_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +12,7 @@ import (
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/dispatcher"
 	"github.com/webhookd/webhookd/storage"
 )
 
@@ -154,36 +157,102 @@ func TestTransformationThrows(t *testing.T) {
 	}
 }
 
+// TestTransformationOverPayloadLimit: a transformation's body is bounded
+// by the payload limit the API holds events to (WEBHOOKD_MAX_PAYLOAD_BYTES),
+// not by the engine's own: a body over it is not sent, and the delivery is
+// a dead letter transformation_failed whose attempt says the size and the
+// limit; one under it goes.
+func TestTransformationOverPayloadLimit(t *testing.T) {
+	t.Parallel()
+	const limit = 8 << 10
+	e := newEnv(t, func(c *dispatcher.Config) { c.MaxPayloadBytes = limit })
+	rc := newReceiver(t, status(204))
+	// 10,000 and 6,000 characters of padding: both far under the engine's
+	// default bound (256 KiB), one over the limit and one under it.
+	big := e.transformedEndpoint(rc.URL+"/big", `function handler(w) { w.payload = {pad: new Array(1001).join("0123456789")}; return w }`, "")
+	small := e.transformedEndpoint(rc.URL+"/small", `function handler(w) { w.payload = {pad: new Array(601).join("0123456789")}; return w }`, "")
+	refs := e.publishData("order.paid", `{}`)[0]
+	e.waitStatus(to(t, refs, small.ID), webhookd.DeliverySucceeded, 10*time.Second)
+	id := to(t, refs, big.ID)
+	d := e.waitStatus(id, webhookd.DeliveryDeadLetter, 10*time.Second)
+	if len(d.Attempts) != 1 || d.Attempts[0].Error == nil || d.Attempts[0].StatusCode != nil {
+		t.Fatalf("attempts %+v: want one that sent nothing", d.Attempts)
+	}
+	if msg := *d.Attempts[0].Error; !strings.Contains(msg, "10010 bytes") || !strings.Contains(msg, fmt.Sprint(limit)) {
+		t.Fatalf("attempt error %q: want the body's size and the limit", msg)
+	}
+	if n := e.count(`SELECT count(*) FROM dead_letters WHERE delivery_id = $1 AND reason = 'transformation_failed'`, id); n != 1 {
+		t.Fatalf("%d dead letters transformation_failed", n)
+	}
+	if got := rc.requests(); len(got) != 1 || len(got[0].body) != 6010 {
+		t.Fatalf("the receiver got %d requests, want the small body alone", len(got))
+	}
+}
+
 // TestTransformationRunawayStopped: a script that never returns is stopped
 // at its budget and dead-letters its deliveries, while deliveries of the
-// same events to another endpoint keep flowing.
+// same events to another endpoint keep their latency: measured first with
+// no runaway (the baseline, in this test, on this machine), then with one
+// running beside them, the plain endpoint's slowest delivery stays within
+// a generous bound of the baseline's.
 func TestTransformationRunawayStopped(t *testing.T) {
 	t.Parallel()
 	const events = 20
 	e := newEnv(t, nil)
 	good := newReceiver(t, status(204))
-	runaway := e.transformedEndpoint(good.URL+"/never", `function handler(w) { while (true) {} }`, "")
 	plain := e.endpoint(good.URL+"/plain", nil)
 	data := make([]string, events)
 	for i := range data {
 		data[i] = `{"n":1}`
 	}
-	start := time.Now()
-	refs := e.publishData("order.paid", data...)
-	for _, r := range refs {
-		e.waitStatus(to(t, r, plain.ID), webhookd.DeliverySucceeded, 10*time.Second)
+	// latencies publishes the events at once and returns, sorted, how long
+	// after that each of plain's deliveries reached the receiver (polled
+	// with a deadline per delivery), with the refs of the events.
+	latencies := func() ([]time.Duration, [][]webhookd.DeliveryRef, time.Time) {
+		t.Helper()
+		before := len(good.requests())
+		start := time.Now()
+		refs := e.publishData("order.paid", data...)
+		for _, r := range refs {
+			e.waitStatus(to(t, r, plain.ID), webhookd.DeliverySucceeded, 10*time.Second)
+		}
+		got := good.requests()[before:]
+		if len(got) != events {
+			t.Fatalf("the receiver got %d requests, want the plain endpoint's %d alone", len(got), events)
+		}
+		out := make([]time.Duration, len(got))
+		for i, r := range got {
+			out[i] = r.at.Sub(start)
+		}
+		slices.Sort(out)
+		return out, refs, got[len(got)-1].at
 	}
+	base, _, _ := latencies()
+
+	runaway := e.transformedEndpoint(good.URL+"/never", `function handler(w) { while (true) {} }`, "")
+	during, refs, last := latencies()
+	overlapped := false
 	for _, r := range refs {
 		d := e.waitStatus(to(t, r, runaway.ID), webhookd.DeliveryDeadLetter, 10*time.Second)
 		if len(d.Attempts) != 1 || d.Attempts[0].Error == nil || !strings.Contains(*d.Attempts[0].Error, "time budget") {
 			t.Fatalf("attempts %+v: want one stopped at its budget", d.Attempts)
 		}
+		overlapped = overlapped || d.Attempts[0].StartedAt.Before(last)
 	}
-	if n := len(good.requests()); n != events {
-		t.Fatalf("the receiver got %d requests, want the plain endpoint's %d alone", n, events)
+	if !overlapped {
+		t.Fatal("no runaway attempt started before the plain endpoint's last delivery: the latency was not measured beside it")
 	}
-	if took := time.Since(start); took > 8*time.Second {
-		t.Fatalf("%d events took %v", events, took)
+	if n := len(good.requests()); n != 2*events {
+		t.Fatalf("the receiver got %d requests, want the plain endpoint's %d alone", n, 2*events)
+	}
+	// Generous, for a loaded machine: the runaways take 20 × 50 ms of a
+	// 10-slot worker's time, which a neighbour should barely feel.
+	bound := 4*base[events-1] + 500*time.Millisecond
+	t.Logf("plain endpoint's latency p50 / max: %v / %v without the runaway, %v / %v beside it (bound %v)",
+		base[events/2], base[events-1], during[events/2], during[events-1], bound)
+	if during[events-1] > bound {
+		t.Fatalf("beside the runaway, the plain endpoint's slowest delivery took %v: over %v (4× the baseline's %v + 500 ms); latencies %v, baseline %v",
+			during[events-1], bound, base[events-1], during, base)
 	}
 }
 

@@ -80,6 +80,12 @@ type Config struct {
 	// for one delivery (WEBHOOKD_TRANSFORM_TIMEOUT); default
 	// transform.DefaultBudget (50ms).
 	TransformTimeout time.Duration
+	// MaxPayloadBytes bounds the body an endpoint's transformation makes,
+	// as the API's setting bounds an event's data
+	// (WEBHOOKD_MAX_PAYLOAD_BYTES): a bigger one fails the delivery as a
+	// dead letter, transformation_failed; default
+	// webhookd.DefaultMaxPayloadBytes (65536).
+	MaxPayloadBytes int64
 	// Tracer makes each attempt a span, the child of the trace its event
 	// was written in, and sends the receiver its traceparent; default nil:
 	// no tracing. The attempt's log line carries its ids when Logger is
@@ -126,6 +132,9 @@ func (c Config) WithDefaults() Config {
 	if c.TransformTimeout == 0 {
 		c.TransformTimeout = transform.DefaultBudget
 	}
+	if c.MaxPayloadBytes == 0 {
+		c.MaxPayloadBytes = webhookd.DefaultMaxPayloadBytes
+	}
 	if c.RateLimitPrefix == "" {
 		c.RateLimitPrefix = "webhookd:endpoint-rate:"
 	}
@@ -158,6 +167,8 @@ func (c Config) Validate() error {
 		return errors.New("worker config: Retention is negative")
 	case c.TransformTimeout < 0:
 		return errors.New("worker config: TransformTimeout is negative")
+	case c.MaxPayloadBytes < 0:
+		return errors.New("worker config: MaxPayloadBytes is negative")
 	}
 	return c.HTTP.Validate()
 }
@@ -233,7 +244,7 @@ func NewWorker(cfg Config) (*Worker, error) {
 		gate: g, holder: newHolder(cfg.DB, q, g, clock, cfg.Logger, m.held), alive: newLiveness(), worker: storage.NewWorkerID(),
 		circuit: storage.CircuitConfig{After: max(cfg.Circuit.After, 0), Probes: cfg.Circuit.Probes,
 			DisableAfter: max(cfg.Circuit.DisableAfter, 0)}, relays: cfg.Relays,
-		transforms: transform.NewEngine(transform.Config{Budget: cfg.TransformTimeout})}
+		transforms: transform.NewEngine(transform.Config{Budget: cfg.TransformTimeout, MaxOutput: int(cfg.MaxPayloadBytes)})}
 	w := &Worker{cfg: cfg, Deliverer: d, Queue: q, holder: d.holder, warm: warm.New(time.Minute), slots: make(chan struct{}, cfg.Concurrency), alive: d.alive,
 		reconciler: &Reconciler{DB: cfg.DB, Queue: q, Interval: cfg.ReconcileInterval, Grace: cfg.ReconcileGrace,
 			Clock: clock, Logger: cfg.Logger, Observe: m.observeReconcile, Offered: m.offered.Add, Reenqueued: m.reenqueued.Add},

@@ -18,8 +18,8 @@
 // "$exists": false and a $not around anything else.
 //
 // Matching reads only the paths the filter names, straight from the
-// event's JSON text (github.com/buger/jsonparser): an event is never
-// decoded whole.
+// event's JSON text, in one pass over it that skips what no path names
+// (scan); an event is never decoded whole.
 package filter
 
 import (
@@ -95,27 +95,18 @@ func (f *Filter) Match(typ string, data []byte) bool {
 	e := event{typ: typ, data: data}
 	if len(f.paths) > 0 {
 		e.found = make([]hit, len(f.paths))
-		jsonparser.EachKey(data, func(i int, v []byte, t jsonparser.ValueType, err error) {
-			if i >= 0 && err == nil {
-				e.found[i] = hit{v: v, t: t, ok: true}
-			}
-		}, f.paths...)
+		sc := scan{d: data, paths: f.paths, found: e.found}
+		sc.run()
 	}
 	return f.root.match(&e)
 }
 
-// event is the event being matched: its data paths that the scan found
-// through objects alone, by their index in Filter.paths.
+// event is the event being matched: where the scan of its data paths
+// ended, by their index in Filter.paths.
 type event struct {
 	typ   string
 	data  []byte
 	found []hit
-}
-
-type hit struct {
-	v  []byte
-	t  jsonparser.ValueType
-	ok bool
 }
 
 // group is a conjunction (or, with any, a disjunction) of conditions and
@@ -167,11 +158,11 @@ func (c *cond) match(e *event) bool {
 	switch {
 	case c.typ:
 		vals = []value{{t: jsonparser.String, s: e.typ}}
-	case c.idx >= 0 && e.found[c.idx].ok:
-		h := e.found[c.idx]
-		vals = follow(h.v, h.t, nil, nil)
-	default:
-		// Missing, or through an array: step by step.
+	case c.idx >= 0:
+		if h := e.found[c.idx]; h.ok {
+			vals = follow(h.v, h.t, c.path[h.n:], nil)
+		}
+	default: // data whole
 		if v, t, _, err := jsonparser.Get(e.data); err == nil {
 			vals = follow(v, t, c.path, nil)
 		}

@@ -165,6 +165,10 @@ func FuzzFilter(f *testing.F) {
 	f.Add(`{"data.order.total":{"$gt":100},"type":{"$regex":"^order"}}`, order)
 	f.Add(`{"$or":[{"data.a.0":1},{"$not":{"data.b":{"$exists":true}}}]}`, `{"a":[1],"b":null}`)
 	f.Add(`{"data.a":{"$in":[1,"x",null,[1],{"k":2}]}}`, `{"a":[{"k":2}]}`)
+	// the scan's tricky spots: escapes in strings and keys, brackets in
+	// strings, duplicate keys, keys that are prefixes of others
+	f.Add(`{"data.a.b":"}","data.ab":{"$exists":true}}`, `{"p":"\"{[","a":{"x":1},"a":{"b":"}"},"a\u0062":0}`)
+	f.Add(`{"data.é.0":{"$gt":1}}`, `{"\u00e9":[2,[{"]":"["}]]}`)
 	f.Fuzz(func(t *testing.T, doc, data string) {
 		flt, err := filter.Compile([]byte(doc))
 		if err != nil {

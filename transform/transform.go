@@ -86,7 +86,8 @@ type Config struct {
 	// Budget is how long one run may take; default DefaultBudget.
 	Budget time.Duration
 	// MaxOutput bounds the body a run returns, and any one string or
-	// array it makes; default 256 KiB (the single event's payload limit).
+	// array it makes; default 256 KiB. webhookd sets it to its payload
+	// limit (WEBHOOKD_MAX_PAYLOAD_BYTES).
 	MaxOutput int
 	// Programs is how many compiled scripts are kept; default 1,000.
 	Programs int
@@ -451,7 +452,7 @@ func (e *Engine) program(src string) (*goja.Program, error) {
 // large string or array in one native call, which no interrupt stops.
 const guards = `(function () {
 	var max = %d;
-	function big() { throw new RangeError("a string or array over the output limit"); }
+	function big() { throw new RangeError("a string or array over the output limit of " + max + " bytes"); }
 	var call = Reflect.apply;
 	function wrap(o, name, check) {
 		var f = o[name];

@@ -198,7 +198,7 @@ var settings = []setting{
 	{"endpoint-disable-after", "WEBHOOKD_ENDPOINT_DISABLE_AFTER", plain, "disable an endpoint with no successful attempt for this long while its attempts fail; 0: never (`DURATION`)", func(c *Config) any { return &c.EndpointDisableAfter }},
 	{"reconcile-interval", "WEBHOOKD_RECONCILE_INTERVAL", plain, "how often due deliveries without a task are enqueued again (`DURATION`)", func(c *Config) any { return &c.ReconcileInterval }},
 	{"transform-timeout", "WEBHOOKD_TRANSFORM_TIMEOUT", plain, "how long an endpoint's transformation may run for one delivery (`DURATION`)", func(c *Config) any { return &c.TransformTimeout }},
-	{"max-payload-bytes", "WEBHOOKD_MAX_PAYLOAD_BYTES", plain, "largest request body (`BYTES`)", func(c *Config) any { return &c.MaxPayloadBytes }},
+	{"max-payload-bytes", "WEBHOOKD_MAX_PAYLOAD_BYTES", plain, "largest request body, and largest body a transformation may make (`BYTES`)", func(c *Config) any { return &c.MaxPayloadBytes }},
 	{"max-batch-bytes", "WEBHOOKD_MAX_BATCH_BYTES", plain, "largest batch request body (`BYTES`)", func(c *Config) any { return &c.MaxBatchBytes }},
 	{"max-bulk-bytes", "WEBHOOKD_MAX_BULK_BYTES", plain, "largest bulk (NDJSON) request body (`BYTES`)", func(c *Config) any { return &c.MaxBulkBytes }},
 	{"max-bulk-events", "WEBHOOKD_MAX_BULK_EVENTS", plain, "most events (lines) in one bulk request (`N`)", func(c *Config) any { return &c.MaxBulkEvents }},

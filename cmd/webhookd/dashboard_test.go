@@ -502,6 +502,35 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 		screenshot(t, ctx, "secret")
 	})
+
+	t.Run("preview a transformation on a catalog example picked from the list", func(t *testing.T) {
+		ctx := step(t, ctx)
+		api("POST", "/v1/event-types", `{"name":"order.updated","example":{"id":"o_7","status":"shipped"}}`)
+		const script = `function handler(w) { w.payload = {ref: w.payload.data.id}; return w }`
+		if err := chromedp.Do(ctx, chromedp.Navigate(dash+"/endpoints/"+epOK), chromedp.WaitVisible(chromedp.ID("preview-example")),
+			chromedp.SetValue(chromedp.ID("preview-example"), "order.updated"),
+			chromedp.SetValue(chromedp.CSS(`textarea[name="transformation"]`), script)); err != nil {
+			t.Fatal(err)
+		}
+		// The pane's button posts the form as it is: no script of the page's.
+		resp, err := chromedp.RunResponse(ctx, chromedp.Click(chromedp.ID("preview-run")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Status != http.StatusOK {
+			t.Fatalf("preview: %d %s", resp.Status, resp.URL)
+		}
+		if got := text(ctx, "#preview-body"); !strings.Contains(got, `"ref": "o_7"`) {
+			t.Fatalf("preview body %q; want the transformed example", got)
+		}
+		if got := text(ctx, "#preview-original"); !strings.Contains(got, `"type": "order.updated"`) {
+			t.Errorf("original %q; want the example's event", got)
+		}
+		screenshot(t, ctx, "preview-catalog-example")
+		if e := api("GET", "/v1/endpoints/"+epOK, ""); e["transformation"] != nil {
+			t.Errorf("the preview saved the transformation: %v", e["transformation"])
+		}
+	})
 }
 
 // TestInspectorWithPrivateNetworksDisallowed: a process that refuses

@@ -179,7 +179,7 @@ func (m *Main) Start(ctx context.Context, roles Roles) error {
 		HTTP: wire.HTTPConfig{ConnectTimeout: m.Config.ConnectTimeout, ResponseTimeout: m.Config.ResponseTimeout,
 			AllowPrivateNetworks: m.Config.AllowPrivateNetworks},
 		Retention: m.Config.Retention, Circuit: circuit, Logger: m.Logger, Metrics: m.Registry, Tracer: m.Tracer,
-		TransformTimeout: m.Config.TransformTimeout}
+		TransformTimeout: m.Config.TransformTimeout, MaxPayloadBytes: m.Config.MaxPayloadBytes}
 	m.Queue = dispatcher.NewQueue(batched, wcfg.Queue, wcfg.WithDefaults().TaskTimeout())
 	if err := m.openRelay(); err != nil {
 		return err
@@ -331,7 +331,7 @@ func (m *Main) startDashboard() error {
 	d, err := dashboard.New(dashboard.Config{DB: m.DB, Enqueuer: m.Queue, AdminToken: m.Config.AdminToken,
 		Inspector: dispatcher.NewInspector(m.DB, nil, m.Logger), Logger: m.Logger,
 		PortalFrameAncestors: m.Config.portalFrameAncestors(), AllowPrivateNetworks: m.Config.AllowPrivateNetworks,
-		TransformTimeout: m.Config.TransformTimeout})
+		TransformTimeout: m.Config.TransformTimeout, MaxPayloadBytes: m.Config.MaxPayloadBytes})
 	if err != nil {
 		return err
 	}
