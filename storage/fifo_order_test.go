@@ -55,8 +55,9 @@ func TestFIFONumbersCommitInOrder(t *testing.T) {
 	}
 	defer hold.Rollback(ctx)
 	var holder int32
-	if err := hold.QueryRow(ctx, `INSERT INTO events (id, project_id, type, data, external_id, created_at)
-		VALUES ('evt_hold', $1, 'a', '1', 'x', now()) RETURNING pg_backend_pid()`, project).Scan(&holder); err != nil {
+	if err := hold.QueryRow(ctx, `WITH e AS (INSERT INTO events (id, project_id, type, data, external_id, created_at)
+			VALUES ('evt_hold', $1, 'a', '1', 'x', now()))
+		INSERT INTO event_external_ids VALUES ($1, 'x', 'evt_hold') RETURNING pg_backend_pid()`, project).Scan(&holder); err != nil {
 		t.Fatal(err)
 	}
 	type created struct {
