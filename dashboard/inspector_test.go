@@ -15,6 +15,7 @@ import (
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/dispatcher"
 	"github.com/webhookd/webhookd/storage"
+	"github.com/webhookd/webhookd/transform"
 	"github.com/webhookd/webhookd/wire"
 )
 
@@ -40,7 +41,7 @@ func parseHTML(t *testing.T, body string) *goquery.Document {
 
 func TestSendToInspectorSignsAndChangesNothing(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, func(c *Config) { c.Inspector = dispatcher.NewInspector(c.DB, nil, nil) })
+	f := newFixture(t, func(c *Config) { c.Inspector = dispatcher.NewInspector(c.DB, nil, nil, transform.Config{}) })
 	epID, ids := f.seed("acme", 1, "invoice.paid")
 	ctx, s := context.Background(), f.db.Store()
 	before, err := s.DashboardDelivery(ctx, ids[0])
@@ -218,7 +219,10 @@ func TestSignatureMatchesWhatTheDispatcherSigns(t *testing.T) {
 // fails is logged as an attempt that sent nothing.
 func TestSendToInspectorTransformed(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, func(c *Config) { c.Inspector = dispatcher.NewInspector(c.DB, nil, nil) })
+	// The workers' payload limit, small: a body over it is not sent.
+	f := newFixture(t, func(c *Config) {
+		c.Inspector = dispatcher.NewInspector(c.DB, nil, nil, transform.Config{MaxOutput: 4096})
+	})
 	epID, ids := f.seed("acme", 1, "invoice.paid")
 	ctx, s := context.Background(), f.db.Store()
 	d, _ := s.DashboardDelivery(ctx, ids[0])
@@ -252,5 +256,13 @@ func TestSendToInspectorTransformed(t *testing.T) {
 	if len(after.Attempts) != 2 || after.Attempts[1].Error == nil || !strings.Contains(*after.Attempts[1].Error, "no total") ||
 		after.Attempts[1].StatusCode != nil || after.Status != d.Status {
 		t.Fatalf("a failing script's inspector attempt: %+v", after.Attempts)
+	}
+
+	set(`function handler(w) { w.payload = {pad: "x".repeat(5000)}; return w }`)
+	f.do(c, "POST", "/deliveries/"+ids[0]+"/inspect", url.Values{}, nil)
+	after, _ = s.DashboardDelivery(ctx, ids[0])
+	if len(after.Attempts) != 3 || after.Attempts[2].Error == nil || !strings.Contains(*after.Attempts[2].Error, "4096") ||
+		after.Attempts[2].StatusCode != nil {
+		t.Fatalf("a body over the payload limit's inspector attempt: %+v", after.Attempts)
 	}
 }

@@ -33,19 +33,22 @@ type Inspector struct {
 	db         *storage.DB
 	clock      webhookd.Clock
 	log        *slog.Logger
-	transforms *transform.Engine // at transform.DefaultBudget
+	transforms *transform.Engine // with the workers' budget and payload limit
 }
 
 // NewInspector returns an Inspector; clock and log default to the system
-// clock and slog.Default().
-func NewInspector(db *storage.DB, clock webhookd.Clock, log *slog.Logger) *Inspector {
+// clock and slog.Default(). tc is the transformations' budget and output
+// bound, the workers' own (WEBHOOKD_TRANSFORM_TIMEOUT,
+// WEBHOOKD_MAX_PAYLOAD_BYTES), so that a send to a bin is the request a
+// delivery would make.
+func NewInspector(db *storage.DB, clock webhookd.Clock, log *slog.Logger, tc transform.Config) *Inspector {
 	if clock == nil {
 		clock = webhookd.SystemClock{}
 	}
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Inspector{db: db, clock: clock, log: log, transforms: transform.NewEngine(transform.Config{})}
+	return &Inspector{db: db, clock: clock, log: log, transforms: transform.NewEngine(tc)}
 }
 
 // inspectorTimeout bounds one inspector attempt, every phase of it.

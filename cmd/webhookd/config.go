@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/internal/redisurl"
 	"github.com/webhookd/webhookd/outbox"
 )
@@ -84,7 +85,7 @@ func DefaultConfig() Config {
 		ConnectTimeout:       10 * time.Second,
 		ResponseTimeout:      30 * time.Second,
 		Retention:            336 * time.Hour,
-		MaxPayloadBytes:      65536,
+		MaxPayloadBytes:      webhookd.DefaultMaxPayloadBytes,
 		MaxBatchBytes:        1 << 20,
 		MaxBulkBytes:         64 << 20,
 		MaxBulkEvents:        100_000,

@@ -29,6 +29,7 @@ import (
 	"github.com/webhookd/webhookd/outbox"
 	"github.com/webhookd/webhookd/relay"
 	"github.com/webhookd/webhookd/storage"
+	"github.com/webhookd/webhookd/transform"
 	"github.com/webhookd/webhookd/wire"
 )
 
@@ -329,7 +330,8 @@ func (m *Main) startDashboard() error {
 			"good until the process stops", "admin_token", m.Config.AdminToken)
 	}
 	d, err := dashboard.New(dashboard.Config{DB: m.DB, Enqueuer: m.Queue, AdminToken: m.Config.AdminToken,
-		Inspector: dispatcher.NewInspector(m.DB, nil, m.Logger), Logger: m.Logger,
+		Inspector: dispatcher.NewInspector(m.DB, nil, m.Logger, transform.Config{Budget: m.Config.TransformTimeout,
+			MaxOutput: int(m.Config.MaxPayloadBytes)}), Logger: m.Logger,
 		PortalFrameAncestors: m.Config.portalFrameAncestors(), AllowPrivateNetworks: m.Config.AllowPrivateNetworks,
 		TransformTimeout: m.Config.TransformTimeout, MaxPayloadBytes: m.Config.MaxPayloadBytes})
 	if err != nil {
