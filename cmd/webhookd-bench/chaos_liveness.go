@@ -54,11 +54,16 @@ const maxOverdueSamples = 200_000
 // the endpoint's, not a lost wake-up. An ordered endpoint's delivery is
 // looked at only at the head of its queue: those behind wait for its turn
 // (fifo_turn), and the head's own time counts from when the one ahead of
-// it finished.
+// it finished. The head is never held for room: nothing but itself is
+// ever in flight to its endpoint, so a hold for room (endpoint_busy) ends
+// within moments; its wait counts from the instant it was held (an hour,
+// storage.HoldFor, before its next_attempt_at).
 const livenessSQL = `
 	SELECT d.id, d.endpoint_id, coalesce(d.waiting_reason, ''), coalesce(d.lease_until > now(), false)
-			OR d.waiting_reason IN ('endpoint_busy', 'rate_limit', 'circuit_open') AND d.next_attempt_at > now() AS held,
-		greatest(d.next_attempt_at,
+			OR d.waiting_reason IN ('endpoint_busy', 'rate_limit', 'circuit_open') AND d.next_attempt_at > now()
+				AND NOT (d.fifo_seq IS NOT NULL AND d.waiting_reason = 'endpoint_busy') AS held,
+		greatest(CASE WHEN d.fifo_seq IS NOT NULL AND d.waiting_reason = 'endpoint_busy'
+				THEN d.next_attempt_at - interval '1 hour' ELSE d.next_attempt_at END,
 			CASE WHEN d.lease_until > 'epoch' AND d.lease_until <= now() THEN d.lease_until END,
 			CASE WHEN d.fifo_seq IS NOT NULL THEN (SELECT max(p.updated_at) FROM deliveries p
 				WHERE p.endpoint_id = d.endpoint_id AND p.fifo_seq < d.fifo_seq

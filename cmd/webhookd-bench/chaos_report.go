@@ -34,6 +34,7 @@ type chaosReport struct {
 	RSS         []rssLine
 	Failures    []string
 	FaultErrors []string
+	Stuck       *stuckState // where the backlog waits, when it did not drain
 }
 
 // answerCounts sorts every try of the senders.
@@ -79,6 +80,11 @@ func buildChaosReport(ctx context.Context, o *chaosOptions, sys *chaosSystem, lo
 	}
 	r.Drained = n == 0
 	r.DrainTook = time.Since(faultsOver)
+	if !r.Drained {
+		if r.Stuck, err = sys.readStuck(ctx); err != nil {
+			return nil, err
+		}
+	}
 	st, err := sys.readState(ctx)
 	if err != nil {
 		return nil, err
@@ -328,6 +334,9 @@ func (r *chaosReport) Write(w io.Writer) error {
 			p("  - e.g. %s", e)
 		}
 		p("")
+	}
+	if r.Stuck != nil {
+		r.Stuck.write(p)
 	}
 	r.writeFaults(p)
 	r.writeLedger(p)
