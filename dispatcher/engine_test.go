@@ -290,6 +290,52 @@ func TestHeldDeliveriesWaitInPostgreSQL(t *testing.T) {
 	}
 }
 
+// TestStrandedHeldDeliveriesWokenBesideOthersRequests: deliveries held
+// back for room by a worker that died are woken by the reconciler even
+// while a live worker has requests in flight to their endpoint: a worker's
+// freed slots wake only what it held itself. Only a live worker that holds
+// deliveries of the endpoint (its heartbeat says) leaves them to it.
+func TestStrandedHeldDeliveriesWokenBesideOthersRequests(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	e.worker.Stop() // the worker that held them is gone
+	ctx := context.Background()
+	ep := e.endpoint("http://127.0.0.1:9/", nil)
+	ids := e.publish("a", 3)
+	at := time.Now().Add(-time.Minute)
+	until := at.Add(storage.HoldFor)
+	hs := make([]storage.Hold, len(ids))
+	for i, id := range ids {
+		hs[i] = storage.Hold{DeliveryID: id, Reason: webhookd.WaitingEndpointBusy, Until: &until}
+	}
+	if err := e.db.HoldBack(ctx, at, hs); err != nil {
+		t.Fatal(err)
+	}
+	held := func() int {
+		return e.count(`SELECT count(*) FROM deliveries WHERE endpoint_id = $1 AND waiting_reason = 'endpoint_busy'`, ep.ID)
+	}
+	if n := held(); n != len(ids) {
+		t.Fatalf("%d held, want %d", n, len(ids))
+	}
+	rec := &dispatcher.Reconciler{DB: e.db, Queue: e.worker.Queue, Clock: webhookd.SystemClock{}}
+	holder := storage.NewWorkerID()
+	if err := e.db.Beat(ctx, holder, map[string]storage.EndpointLoad{ep.ID: {Limit: 2, InFlight: 2, Holding: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	pass(t, rec)
+	if n := held(); n != len(ids) {
+		t.Fatalf("a live worker holds the endpoint's deliveries, yet the reconciler woke %d", len(ids)-n)
+	}
+	if err := e.db.Beat(ctx, holder, map[string]storage.EndpointLoad{ep.ID: {Limit: 2, InFlight: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	pass(t, rec)
+	if n := held(); n != 0 {
+		t.Fatalf("%d deliveries still held: a live worker's requests in flight kept the reconciler from waking "+
+			"what a dead worker held", n)
+	}
+}
+
 // TestAttemptRecordedWhenItsTaskEnds: the attempt's request and its record
 // do not depend on the task's context, so a receiver that answers after the
 // task's deadline still gets its attempt recorded.

@@ -29,9 +29,10 @@ const holdFor = storage.HoldFor
 // polled per held delivery, so a backlog of B held deliveries costs
 // nothing per second.
 //
-// Which endpoints to look at is a cache of this process (known): lost with
-// the process, the reconciler wakes the held deliveries of endpoints that
-// no worker has requests in flight to (Reconciler.wakeStranded).
+// Which endpoints to look at is a cache of this process (known), which its
+// heartbeat carries (holding): lost with the process, the reconciler wakes
+// the held deliveries of endpoints that no live worker holds
+// (Reconciler.wakeStranded).
 type holder struct {
 	db       *storage.DB
 	queue    *Queue
@@ -86,6 +87,20 @@ func (h *holder) remember(ep string) {
 	h.mu.Lock()
 	h.known[ep]++
 	h.mu.Unlock()
+}
+
+// holding marks in loads (a heartbeat's) the endpoints this process may
+// have held deliveries of, which it wakes as their slots free: the
+// reconciler wakes those of endpoints no live worker holds
+// (Reconciler.wakeStranded).
+func (h *holder) holding(loads map[string]storage.EndpointLoad) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for ep := range h.known {
+		l := loads[ep]
+		l.Holding = 1
+		loads[ep] = l
+	}
 }
 
 // Start wakes held deliveries when a slot frees and every interval.
@@ -154,9 +169,14 @@ func (h *holder) pass(ctx context.Context) {
 	}
 	h.mu.Unlock()
 	for ep, holds := range eps {
-		if n := h.room(ep); n > 0 && h.wake(ctx, ep) < n {
-			// Fewer waited than it had room for: none left, unless a hold
-			// committed after the wake's look (it counted one more).
+		n := h.room(ep)
+		if n == 0 {
+			continue
+		}
+		// Fewer waited than it had room for: none left, unless a hold
+		// committed after the wake's look (it counted one more). A wake
+		// that failed (-1) forgets nothing.
+		if woke := h.wake(ctx, ep); woke >= 0 && woke < n {
 			h.mu.Lock()
 			if h.known[ep] == holds {
 				delete(h.known, ep)
@@ -177,7 +197,8 @@ func (h *holder) room(ep string) int {
 }
 
 // wake makes as many of ep's held deliveries due as it has room for,
-// chosen by PostgreSQL, wakes their tasks, and tells how many it woke.
+// chosen by PostgreSQL, wakes their tasks, and tells how many it woke: -1
+// when PostgreSQL could not be asked.
 func (h *holder) wake(ctx context.Context, ep string) int {
 	n := h.room(ep)
 	if n == 0 {
@@ -186,7 +207,7 @@ func (h *holder) wake(ctx context.Context, ep string) int {
 	ids, err := h.db.WakeWaiting(ctx, ep, n, h.clock.Now())
 	if err != nil {
 		h.log.Debug("waking held deliveries failed; the next freed slot or pass will", "endpoint_id", ep, "err", err)
-		return 0
+		return -1
 	}
 	h.queue.Wake(ctx, ep, ids...)
 	return len(ids)

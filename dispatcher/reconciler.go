@@ -51,7 +51,7 @@ const (
 // queue's head is woken instead), and every other wait has its time in
 // next_attempt_at. It also wakes the probes of open circuits whose wake-up
 // was lost, and the deliveries held back for room at an endpoint that no
-// worker has requests in flight to.
+// live worker holds.
 type Reconciler struct {
 	DB       *storage.DB
 	Queue    *Queue
@@ -276,9 +276,10 @@ func (r *Reconciler) wakeProbes(ctx context.Context) error {
 const strandedWake = 10
 
 // wakeStranded wakes deliveries held back for room at endpoints that no
-// live worker has requests in flight to (their heartbeats say): no freed
-// slot will wake them (the worker that held them died, or its wake was
-// lost).
+// live worker holds (their heartbeats say): no freed slot will wake them
+// (the worker that held them died). A worker with requests in flight to
+// such an endpoint does not wake them either: its holder wakes only what
+// it held itself.
 func (r *Reconciler) wakeStranded(ctx context.Context) error {
 	eps, err := r.DB.HeldEndpoints(ctx, r.Clock.Now(), 3*heartbeatInterval)
 	if err != nil || len(eps) == 0 {
@@ -289,7 +290,7 @@ func (r *Reconciler) wakeStranded(ctx context.Context) error {
 		return err
 	}
 	for _, ep := range eps {
-		if loads[ep].InFlight > 0 {
+		if loads[ep].Holding > 0 {
 			continue
 		}
 		ids, err := r.DB.WakeWaiting(ctx, ep, strandedWake, r.Clock.Now())

@@ -319,13 +319,16 @@ func (w *Worker) Start(ctx context.Context) error {
 const heartbeatInterval = time.Second
 
 // beat records that this worker is alive, with its endpoints' limits and
-// requests in flight for the dashboard, and when it landed (w.alive). A
+// requests in flight for the dashboard, the endpoints it holds deliveries
+// of (for the reconciler), and when it landed (w.alive). A
 // failure is logged once, until a beat lands again: with beats every
 // second, a log line each would flood the log of a worker cut off from
 // PostgreSQL.
 func (w *Worker) beat(ctx context.Context) {
 	sent := time.Now()
-	err := w.cfg.DB.Beat(ctx, w.Deliverer.worker, w.Deliverer.gate.loads())
+	loads := w.Deliverer.gate.loads()
+	w.Deliverer.holder.holding(loads)
+	err := w.cfg.DB.Beat(ctx, w.Deliverer.worker, loads)
 	switch {
 	case err == nil:
 		if w.alive.landed(sent) {

@@ -151,3 +151,55 @@ func TestTestEventTakesNoFIFOPlace(t *testing.T) {
 		t.Errorf("the event after a waiting test event: held %v, behind %v; want it the queue's head", ls[0].Held, ls[0].Behind)
 	}
 }
+
+// TestHoldBehindInOrderedQueueWaitsForTurn: a delivery behind others in an
+// ordered queue that an attempt holds back for room waits for its turn, at
+// the time it had: held for an hour instead, it would be a head that
+// FIFOHeads never offers once those ahead are done, and the queue would
+// stall until some worker's freed slot woke it. The head itself is held
+// for room like any delivery.
+func TestHoldBehindInOrderedQueueWaitsForTurn(t *testing.T) {
+	t.Parallel()
+	db := testenv.DB(t)
+	ctx := context.Background()
+	project, fifo := fifoProject(t, db)
+	var ids []string
+	for range 2 {
+		evs, err := db.Store().CreateEvents(ctx, project, []storage.NewEvent{{Type: "a", Data: json.RawMessage("1"),
+			EndpointIDs: []string{fifo}}}, time.Now(), func(int) string { return "" })
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, evs[0].Deliveries[0].ID)
+	}
+	now := time.Now().Add(time.Second)
+	until := now.Add(storage.HoldFor)
+	if err := db.HoldBack(ctx, now, []storage.Hold{{DeliveryID: ids[0], Reason: webhookd.WaitingEndpointBusy, Until: &until},
+		{DeliveryID: ids[1], Reason: webhookd.WaitingEndpointBusy, Until: &until}}); err != nil {
+		t.Fatal(err)
+	}
+	state := func(id string) (reason string, next time.Time) {
+		t.Helper()
+		if err := db.Pool().QueryRow(ctx, `SELECT coalesce(waiting_reason, ''), next_attempt_at FROM deliveries WHERE id = $1`,
+			id).Scan(&reason, &next); err != nil {
+			t.Fatal(err)
+		}
+		return reason, next
+	}
+	if reason, next := state(ids[0]); reason != webhookd.WaitingEndpointBusy || next.Before(now.Add(storage.HoldFor/2)) {
+		t.Fatalf("the head held for room: %q until %v, want endpoint_busy about an hour ahead", reason, next)
+	}
+	if reason, next := state(ids[1]); reason != webhookd.WaitingFIFOTurn || next.After(now) {
+		t.Fatalf("the second held for room: %q until %v, want fifo_turn and still due", reason, next)
+	}
+	if _, err := db.Pool().Exec(ctx, `UPDATE deliveries SET status = 'succeeded', next_attempt_at = NULL, waiting_reason = NULL WHERE id = $1`, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	heads, err := db.FIFOHeads(ctx, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(heads) != 1 || heads[0].ID != ids[1] {
+		t.Fatalf("heads offered once the first is done: %v, want %s", heads, ids[1])
+	}
+}

@@ -12,6 +12,10 @@ import (
 // (its endpoint had no room, its rate was spent, or it waits its turn in an
 // ordered queue): it waits for Reason until Until, or, with no Until, at
 // the time it already had (fifo_turn: its turn has no time of its own).
+// A delivery behind others in its ordered endpoint's queue waits for its
+// turn whatever the hold's reason: the turn, not a freed slot, ends its
+// wait, and a time an hour ahead would hold up the queue once it is the
+// head (FIFOHeads offers only due heads).
 type Hold struct {
 	DeliveryID string
 	Reason     string
@@ -28,13 +32,15 @@ func (db *DB) HoldBack(ctx context.Context, now time.Time, hs []Hold) error {
 	for i, h := range hs {
 		ids[i], reasons[i], untils[i] = h.DeliveryID, h.Reason, h.Until
 	}
-	_, err := db.pool.Exec(ctx, `UPDATE deliveries d SET waiting_reason = h.reason,
-			next_attempt_at = CASE WHEN h.until IS NULL THEN d.next_attempt_at
-				ELSE `+keepPlace("h.until", "d.next_attempt_at", "$5")+` END
-		FROM unnest($1::text[], $2::text[], $3::timestamptz[]) AS h(id, reason, until)
-		WHERE d.id = h.id AND d.status IN ('pending', 'retrying')
+	_, err := db.pool.Exec(ctx, `UPDATE deliveries d SET waiting_reason = CASE WHEN w.behind THEN 'fifo_turn' ELSE w.reason END,
+			next_attempt_at = CASE WHEN w.until IS NULL OR w.behind THEN d.next_attempt_at
+				ELSE `+keepPlace("w.until", "d.next_attempt_at", "$5")+` END
+		FROM (SELECT h.*, b.fifo_seq IS NOT NULL AND EXISTS (`+fifoAheadOf("b")+`) AS behind
+			FROM unnest($1::text[], $2::text[], $3::timestamptz[]) AS h(id, reason, until)
+			JOIN deliveries b ON b.id = h.id) w
+		WHERE d.id = w.id AND d.status IN ('pending', 'retrying')
 			AND (d.lease_until IS NULL OR d.lease_until <= greatest($4, now()))
-			AND (h.until IS NULL OR d.next_attempt_at <= greatest($4, now()))
+			AND (w.until IS NULL OR d.next_attempt_at <= greatest($4, now()))
 			AND set_config('synchronous_commit', 'off', true) = 'off'`, ids, reasons, untils, now, HoldFor)
 	if err != nil {
 		return fmt.Errorf("hold back deliveries: %w", err)
@@ -135,10 +141,10 @@ func keepPlace(until, next, holdFor string) string {
 
 // HeldEndpoints returns the endpoints with deliveries held back for room
 // (endpoint_busy, rate_limit) whose latest hold is older than settled:
-// the reconciler wakes those of them that no live worker has requests in
-// flight to (EndpointLoads), which no freed slot will wake. Holds younger
-// than settled are left out: the heartbeats that report the requests in
-// flight beside them may not have landed yet.
+// the reconciler wakes those of them that no live worker holds
+// (EndpointLoads), which no freed slot will wake. Holds younger than
+// settled are left out: the heartbeat of the worker that holds them may
+// not have landed yet.
 func (db *DB) HeldEndpoints(ctx context.Context, now time.Time, settled time.Duration) ([]string, error) {
 	rows, err := db.pool.Query(ctx, `SELECT endpoint_id FROM deliveries
 		WHERE waiting_reason IN ('endpoint_busy', 'rate_limit') AND status IN ('pending', 'retrying')

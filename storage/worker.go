@@ -14,10 +14,13 @@ import (
 const WorkerStale = 5 * time.Second
 
 // EndpointLoad is one endpoint's adaptive limit and its requests in
-// flight, in one worker or summed over the live ones.
+// flight, in one worker or summed over the live ones; Holding counts the
+// workers that hold deliveries of it back for room and wake them as its
+// slots free (1 or 0 in one worker's beat).
 type EndpointLoad struct {
 	Limit    int
 	InFlight int
+	Holding  int
 }
 
 // beatTimeout bounds one beat: well below WorkerStale, so that a beat
@@ -30,9 +33,9 @@ const beatTimeout = 2 * time.Second
 // clock. It runs on a connection of its own (DB.heart), never waiting for
 // the shared pool, and gives up after beatTimeout.
 func (db *DB) Beat(ctx context.Context, id string, loads map[string]EndpointLoad) error {
-	enc := make(map[string][2]int, len(loads))
+	enc := make(map[string][3]int, len(loads))
 	for ep, l := range loads {
-		enc[ep] = [2]int{l.Limit, l.InFlight}
+		enc[ep] = [3]int{l.Limit, l.InFlight, l.Holding}
 	}
 	b, err := json.Marshal(enc)
 	if err != nil {
@@ -122,7 +125,8 @@ func (db *DB) VoidDeadLeases(ctx context.Context) ([]VoidedLease, int, error) {
 // flight that live workers reported in their last heartbeat. An endpoint
 // no live worker delivered to lately is missing.
 func (s *Store) EndpointLoads(ctx context.Context, ids []string) (map[string]EndpointLoad, error) {
-	rows, err := s.q.Query(ctx, `SELECT l.key, sum((l.value->>0)::int), sum((l.value->>1)::int)
+	rows, err := s.q.Query(ctx, `SELECT l.key, sum((l.value->>0)::int), sum((l.value->>1)::int),
+			sum(coalesce((l.value->>2)::int, 0))
 		FROM workers w, jsonb_each(w.limits) AS l
 		WHERE w.beat_at >= now() - make_interval(secs => $2) AND l.key = ANY($1)
 		GROUP BY l.key`, ids, WorkerStale.Seconds())
@@ -134,7 +138,7 @@ func (s *Store) EndpointLoads(ctx context.Context, ids []string) (map[string]End
 		ep string
 		l  EndpointLoad
 	)
-	_, err = pgx.ForEachRow(rows, []any{&ep, &l.Limit, &l.InFlight}, func() error { out[ep] = l; return nil })
+	_, err = pgx.ForEachRow(rows, []any{&ep, &l.Limit, &l.InFlight, &l.Holding}, func() error { out[ep] = l; return nil })
 	if err != nil {
 		return nil, fmt.Errorf("endpoint loads: %w", err)
 	}
