@@ -60,9 +60,11 @@ func appError(err error) *webhookd.Error {
 	// restart) mean PostgreSQL is going or coming back; so does a
 	// connection cut in the middle of a query (pgx reports the cut as an
 	// unexpected EOF: a reset, a restart with immediate shutdown, a
-	// network fault), or one already closed.
+	// network fault), or one already closed (by us or by pgx, after such
+	// a cut).
 	outage := errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "08") || strings.HasPrefix(pe.Code, "57"))
-	cut := errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed)
+	cut := errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, pgconn.ErrConnClosed)
 	if outage || cut || errors.As(err, &ce) || errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) {
 		return &webhookd.Error{Code: webhookd.CodeUnavailable, Message: "the service is temporarily unavailable; retry later"}
 	}

@@ -27,6 +27,9 @@ func TestAppErrorMapsOutagesToUnavailable(t *testing.T) {
 		{fmt.Errorf("ingest: %w", io.ErrUnexpectedEOF), http.StatusServiceUnavailable},
 		{fmt.Errorf("api key: %w", fmt.Errorf("read: %w", io.EOF)), http.StatusServiceUnavailable},
 		{fmt.Errorf("x: %w", net.ErrClosed), http.StatusServiceUnavailable},
+		// A transaction begun on a connection pgx closed after a cut (the
+		// soak's bulk upload during a PostgreSQL restart answered 500).
+		{fmt.Errorf("bulk upload: begin: %w", pgconn.ErrConnClosed), http.StatusServiceUnavailable},
 		{&pgconn.PgError{Code: "23505"}, http.StatusInternalServerError},
 		{errors.New("boom"), http.StatusInternalServerError},
 		{webhookd.Invalid("type", "bad"), http.StatusBadRequest},
