@@ -175,13 +175,8 @@ func (db *DB) ClaimDeliveries(ctx context.Context, now, until time.Time, cs []Cl
 // that is still waiting (deliveries_fifo_idx). An automatic attempt takes
 // only the head of the queue, and the head only once (its lease): so one
 // attempt at a time, in order, however many workers claim at once.
-var fifoAhead = fifoAheadOf("d")
-
-// fifoAheadOf is fifoAhead for the delivery named d.
-func fifoAheadOf(d string) string {
-	return `SELECT 1 FROM deliveries h WHERE h.endpoint_id = ` + d + `.endpoint_id AND h.fifo_seq < ` + d + `.fifo_seq
+const fifoAhead = `SELECT 1 FROM deliveries h WHERE h.endpoint_id = d.endpoint_id AND h.fifo_seq < d.fifo_seq
 	AND h.fifo_seq IS NOT NULL AND h.status IN ('pending', 'retrying')`
-}
 
 // FIFOHead returns the delivery at the head of an ordered endpoint's queue
 // (the first still waiting), or "" when the queue is empty.

@@ -32,12 +32,13 @@ func (db *DB) HoldBack(ctx context.Context, now time.Time, hs []Hold) error {
 	for i, h := range hs {
 		ids[i], reasons[i], untils[i] = h.DeliveryID, h.Reason, h.Until
 	}
-	_, err := db.pool.Exec(ctx, `UPDATE deliveries d SET waiting_reason = CASE WHEN w.behind THEN 'fifo_turn' ELSE w.reason END,
-			next_attempt_at = CASE WHEN w.until IS NULL OR w.behind THEN d.next_attempt_at
+	// behind is evaluated only for an ordered endpoint's delivery: the
+	// others pay nothing for it.
+	behind := "d.fifo_seq IS NOT NULL AND EXISTS (" + fifoAhead + ")"
+	_, err := db.pool.Exec(ctx, `UPDATE deliveries d SET waiting_reason = CASE WHEN `+behind+` THEN 'fifo_turn' ELSE w.reason END,
+			next_attempt_at = CASE WHEN w.until IS NULL OR `+behind+` THEN d.next_attempt_at
 				ELSE `+keepPlace("w.until", "d.next_attempt_at", "$5")+` END
-		FROM (SELECT h.*, b.fifo_seq IS NOT NULL AND EXISTS (`+fifoAheadOf("b")+`) AS behind
-			FROM unnest($1::text[], $2::text[], $3::timestamptz[]) AS h(id, reason, until)
-			JOIN deliveries b ON b.id = h.id) w
+		FROM unnest($1::text[], $2::text[], $3::timestamptz[]) AS w(id, reason, until)
 		WHERE d.id = w.id AND d.status IN ('pending', 'retrying')
 			AND (d.lease_until IS NULL OR d.lease_until <= greatest($4, now()))
 			AND (w.until IS NULL OR d.next_attempt_at <= greatest($4, now()))
