@@ -103,6 +103,9 @@ type Request struct {
 	// the attempt is skipped if it was served already.
 	RequestID string
 	By        string // who asked, for manual attempts and replays
+	// Woken: its delivery was made due out of turn: woken for a slot that
+	// freed (deliveryTask.Woken), a circuit's probe, or a dead worker's.
+	Woken bool
 	// chained: the next delivery of an ordered endpoint's queue, attempted
 	// by the attempt before it (passTurn). Its claim and record go
 	// straight to PostgreSQL: a queue's attempts are one at a time, so
@@ -119,6 +122,12 @@ func (r Request) taskID() string {
 	}
 	return r.DeliveryID
 }
+
+// arrival tells whether the attempt is an automatic one that nothing made
+// due out of turn (not woken for a freed slot, a probe or a dead worker's,
+// nor the next of an ordered queue): it waits behind the deliveries its
+// endpoint holds back for room (gate.admit).
+func (r Request) arrival() bool { return r.kind() == KindAuto && !r.Woken && !r.chained }
 
 // kind is the kind of attempt asked for; a test event's is known only from
 // its delivery (Deliverer.facts).
@@ -181,7 +190,7 @@ func (d *Deliverer) attempt(ctx context.Context, r Request) (Result, error) {
 		}
 		slot = endpointSlot{gate: d.gate, ep: r.EndpointID}
 	default:
-		if !d.gate.admit(r.EndpointID) {
+		if !d.gate.admit(r.EndpointID, r.arrival()) {
 			return Result{}, d.holder.hold(ctx, r.EndpointID, r.DeliveryID, webhookd.WaitingEndpointBusy)
 		}
 		admitted = true
@@ -234,7 +243,7 @@ func (d *Deliverer) attempt(ctx context.Context, r Request) (Result, error) {
 		}
 	}
 	if slot.gate == nil {
-		if !admitted && !d.gate.admit(del.EndpointID) { // a task that did not name its endpoint
+		if !admitted && !d.gate.admit(del.EndpointID, r.arrival()) { // a task that did not name its endpoint
 			return d.holdLeased(ctx, r, &l, now, webhookd.WaitingEndpointBusy)
 		}
 		admitted = false // acquire ends the admission either way

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -333,6 +334,46 @@ func TestStrandedHeldDeliveriesWokenBesideOthersRequests(t *testing.T) {
 	if n := held(); n != 0 {
 		t.Fatalf("%d deliveries still held: a live worker's requests in flight kept the reconciler from waking "+
 			"what a dead worker held", n)
+	}
+}
+
+// TestNewArrivalsWaitBehindHeldDeliveries: while an endpoint has
+// deliveries held back for room, a new one waits behind them rather than
+// taking the next slot that frees: else, with events still arriving, the
+// first held wait until the arrivals stop (issue 38's one-slow p99).
+func TestNewArrivalsWaitBehindHeldDeliveries(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	rc, _ := switchable(t, 200, 100*time.Millisecond)
+	two := 2
+	if _, err := e.db.Store().CreateEndpoint(context.Background(), e.project.ID,
+		storage.NewEndpoint{URL: rc.URL, Secret: newSecret(t), MaxInFlight: &two}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	e.publish("first", 16)
+	waitFor(t, 5*time.Second, "deliveries held back for room", func() bool {
+		return e.count(`SELECT count(*) FROM deliveries WHERE waiting_reason = 'endpoint_busy'`) >= 8
+	})
+	for range 8 { // arriving while the first are held, as a steady stream does
+		e.publish("second", 1)
+		time.Sleep(20 * time.Millisecond)
+	}
+	waitFor(t, 20*time.Second, "every delivery", func() bool { return len(rc.requests()) >= 24 })
+	reqs := rc.requests()
+	lastFirst := 0
+	for i, r := range reqs {
+		if strings.Contains(string(r.body), `"first"`) {
+			lastFirst = i
+		}
+	}
+	overtook := 0
+	for _, r := range reqs[:lastFirst] {
+		if strings.Contains(string(r.body), `"second"`) {
+			overtook++
+		}
+	}
+	if overtook > 1 {
+		t.Fatalf("%d of 8 later deliveries went before the last of the held ones", overtook)
 	}
 }
 

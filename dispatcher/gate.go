@@ -50,6 +50,12 @@ type endpointState struct {
 	lastFree time.Time     // when a slot last freed (or its first was taken)
 	used     time.Time     // when an attempt last came by
 	frees    chan struct{} // closed when a slot frees; nil while nobody waits
+	// backlog: the holder holds deliveries of it back for room here
+	// (holding). A new arrival then waits behind them, held back too, and
+	// the freed slots go to the longest-held, whose wake-up is no arrival
+	// (admit): else new arrivals take every slot that frees and the first
+	// held wait until the arrivals stop.
+	backlog bool
 	// circuitOpen is its circuit as PostgreSQL last said it to this
 	// process, at circuitSeen (markCircuit): a cache, never a count.
 	circuitOpen bool
@@ -140,14 +146,20 @@ func (g *gate) capOf(s *endpointState) int { return s.lim.current(ceilingOf(s)) 
 
 // admit says whether an attempt for ep may go on to wait for a slot: the
 // endpoint has a free slot, or its slots turn over fast enough for one
-// more waiter to get one within the gate's wait. An admitted attempt must
-// call acquire next.
-func (g *gate) admit(ep string) bool {
+// more waiter to get one within the gate's wait. While deliveries of ep
+// are held back here, a new arrival (arrival: Request.arrival) is not: it
+// waits behind them. An admitted attempt must call acquire next.
+func (g *gate) admit(ep string, arrival bool) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := g.now()
 	s := g.useLocked(ep, now)
 	c := g.capOf(s)
+	if s.backlog && arrival {
+		g.rollLocked(s, now)
+		s.turned++
+		return false
+	}
 	if s.inFlight+s.admitted >= c {
 		lat := max(s.latency, time.Millisecond)
 		if !s.measured {
@@ -281,6 +293,16 @@ func (g *gate) free(ep string) int {
 		return g.def
 	}
 	return max(g.capOf(s)-s.inFlight-s.admitted, 0)
+}
+
+// holding records whether the holder holds deliveries of ep back (see
+// endpointState.backlog).
+func (g *gate) holding(ep string, on bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, ok := g.eps[ep]; ok || on {
+		g.useLocked(ep, g.now()).backlog = on
+	}
 }
 
 // learn records ep's own cap and rate_limit_per_second, as its claim read

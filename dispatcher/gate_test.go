@@ -14,14 +14,14 @@ func TestGateAdmitsWaitersByHowFastSlotsFree(t *testing.T) {
 	ctx := context.Background()
 	fill := func(g *gate, ep string) {
 		for range 2 {
-			if !g.admit(ep) || !g.acquire(ctx, ep) {
+			if !g.admit(ep, true) || !g.acquire(ctx, ep) {
 				t.Fatal("a free slot was refused")
 			}
 		}
 	}
 	admitted := func(g *gate, ep string) int {
 		n := 0
-		for n < 1000 && g.admit(ep) {
+		for n < 1000 && g.admit(ep, true) {
 			n++
 		}
 		return n
@@ -38,7 +38,7 @@ func TestGateAdmitsWaitersByHowFastSlotsFree(t *testing.T) {
 	g := newGate(2, 100*time.Millisecond)
 	fill(g, "fast")
 	g.release("fast", time.Millisecond, signalNone)
-	if !g.admit("fast") || !g.acquire(ctx, "fast") {
+	if !g.admit("fast", true) || !g.acquire(ctx, "fast") {
 		t.Fatal("a freed slot was refused")
 	}
 	if n := admitted(g, "fast"); n != 200 { // 2 slots × 100 ms / 1 ms
@@ -60,7 +60,7 @@ func TestGateAdmitsWaitersByHowFastSlotsFree(t *testing.T) {
 	if n := admitted(g, "hung"); n != 0 {
 		t.Fatalf("an endpoint stalled for a minute admitted %d waiters", n)
 	}
-	if !g.admit("other") || !g.acquire(ctx, "other") {
+	if !g.admit("other", true) || !g.acquire(ctx, "other") {
 		t.Fatal("another endpoint is held back too")
 	}
 }
@@ -77,17 +77,17 @@ func TestGateForgetsIdleEndpoints(t *testing.T) {
 	for i := range 1000 {
 		ep := fmt.Sprint("ep_", i)
 		g.learn(ep, &three, &three)
-		if !g.admit(ep) || !g.acquire(ctx, ep) {
+		if !g.admit(ep, true) || !g.acquire(ctx, ep) {
 			t.Fatal("a free slot was refused")
 		}
 		g.release(ep, time.Millisecond, signalOK)
 	}
 	g.learn("hung", &one, nil)
-	if !g.admit("hung") || !g.acquire(ctx, "hung") {
+	if !g.admit("hung", true) || !g.acquire(ctx, "hung") {
 		t.Fatal("a free slot was refused")
 	}
 	now = now.Add(gateIdle)
-	if !g.admit("new") || !g.acquire(ctx, "new") {
+	if !g.admit("new", true) || !g.acquire(ctx, "new") {
 		t.Fatal("a free slot was refused")
 	}
 	g.mu.Lock()
@@ -115,7 +115,7 @@ func TestGateLimitAdaptsToTheEndpoint(t *testing.T) {
 	slots := func(ep string) int { // fill every free slot
 		n := 0
 		for g.free(ep) > 0 {
-			if !g.admit(ep) || !g.acquire(ctx, ep) {
+			if !g.admit(ep, true) || !g.acquire(ctx, ep) {
 				t.Fatal("a free slot was refused")
 			}
 			n++
@@ -181,7 +181,7 @@ func TestGateRampsOnABacklog(t *testing.T) {
 			inFlight := 0
 			fill := func() {
 				for g.free("ep") > 0 {
-					if !g.admit("ep") || !g.acquire(ctx, "ep") {
+					if !g.admit("ep", true) || !g.acquire(ctx, "ep") {
 						t.Fatal("a free slot was refused")
 					}
 					inFlight++
@@ -190,7 +190,7 @@ func TestGateRampsOnABacklog(t *testing.T) {
 			turnAway := func(n int) { // n attempts find the endpoint at its cap
 				admitted := 0
 				for turned := 0; turned < n; {
-					if g.admit("ep") {
+					if g.admit("ep", true) {
 						admitted++ // allowed to wait for a slot: it gives up instead
 					} else {
 						turned++

@@ -85,8 +85,9 @@ const manualLook = 500 * time.Millisecond
 // wakes them.
 func (h *holder) remember(ep string) {
 	h.mu.Lock()
+	defer h.mu.Unlock()
 	h.known[ep]++
-	h.mu.Unlock()
+	h.gate.holding(ep, true)
 }
 
 // holding marks in loads (a heartbeat's) the endpoints this process may
@@ -178,8 +179,11 @@ func (h *holder) pass(ctx context.Context) {
 		// that failed (-1) forgets nothing.
 		if woke := h.wake(ctx, ep); woke >= 0 && woke < n {
 			h.mu.Lock()
-			if h.known[ep] == holds {
+			forget := h.known[ep] == holds
+			if forget {
 				delete(h.known, ep)
+				// Under h.mu: a hold that comes now is not undone.
+				h.gate.holding(ep, false)
 			}
 			h.mu.Unlock()
 		}

@@ -36,6 +36,9 @@ type deliveryTask struct {
 	Manual     bool   `json:"manual,omitempty"`
 	RequestID  string `json:"request_id,omitempty"` // the redelivery request, for manual attempts
 	By         string `json:"by,omitempty"`         // who asked, for manual attempts
+	// Woken: PostgreSQL made the delivery due for a slot that freed at its
+	// endpoint (Queue.Wake): it goes before the endpoint's new arrivals.
+	Woken bool `json:"woken,omitempty"`
 }
 
 // Queue hands work to asynq. It is only a schedule: PostgreSQL stays the
@@ -224,31 +227,37 @@ func (q *Queue) Register(ctx context.Context) error {
 	return nil
 }
 
-// Wake runs the tasks ids (of endpoint ep's deliveries) now (asynq's Inspector.RunTask: a task asleep
-// in the scheduled or retry set moves to pending): their deliveries were
-// made due in PostgreSQL before. A task still running (its handler held
-// the delivery back and has not returned yet) is tried again a few times
-// over the next moments; one that is gone (Redis lost it) gets a new task,
-// due now. Should all that fail, the reconciler finds the delivery due
-// with no task awake and wakes it.
+// Wake runs the tasks ids (of endpoint ep's deliveries) now, as woken
+// (deliveryTask.Woken): each task asleep in the scheduled or retry set is
+// replaced by one due now that says so; their deliveries were made due in
+// PostgreSQL before. A task still running (its handler held the delivery
+// back and has not returned yet) is tried again a few times over the next
+// moments; one that is gone (Redis lost it) is made again. Should all that
+// fail, the reconciler finds the delivery due with no task awake and wakes
+// it.
 func (q *Queue) Wake(ctx context.Context, ep string, ids ...string) {
 	var running []string
 	for _, id := range ids {
-		err := q.inspector.RunTask(q.queue, id)
-		if errors.Is(err, asynq.ErrQueueNotFound) && q.Register(ctx) == nil {
-			// Redis lost asynq's list of queues (its client adds a queue
-			// only on its first enqueue), not necessarily the task.
-			err = q.inspector.RunTask(q.queue, id)
-		}
-		switch {
-		case err == nil:
-		case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
-			q.enqueue(ctx, id, deliveryTask{DeliveryID: id, EndpointID: ep}, time.Time{})
-		case isRunning(err):
+		if isRunning(q.wake(ctx, ep, id)) {
 			running = append(running, id)
 		}
 	}
-	retryRunning(running, func(id string) error { return q.inspector.RunTask(q.queue, id) })
+	retryRunning(running, func(id string) error { return q.wake(ctx, ep, id) })
+}
+
+// wake replaces delivery id's task with a woken one due now.
+func (q *Queue) wake(ctx context.Context, ep, id string) error {
+	err := q.inspector.DeleteTask(q.queue, id)
+	if errors.Is(err, asynq.ErrQueueNotFound) && q.Register(ctx) == nil {
+		// Redis lost asynq's list of queues (its client adds a queue
+		// only on its first enqueue), not necessarily the task.
+		err = q.inspector.DeleteTask(q.queue, id)
+	}
+	if err != nil && !errors.Is(err, asynq.ErrTaskNotFound) && !errors.Is(err, asynq.ErrQueueNotFound) {
+		return err
+	}
+	_, err = q.enqueue(ctx, id, deliveryTask{DeliveryID: id, EndpointID: ep, Woken: true}, time.Time{})
+	return err
 }
 
 // retryRunning tries op again on each of ids, a few times over the next

@@ -386,7 +386,7 @@ func (w *Worker) deliver(ctx context.Context, t *asynq.Task) error {
 		return nil
 	}
 	_, err := w.Deliverer.Attempt(ctx, Request{DeliveryID: p.DeliveryID, EndpointID: p.EndpointID, Manual: p.Manual,
-		RequestID: p.RequestID, By: p.By})
+		RequestID: p.RequestID, By: p.By, Woken: p.Woken})
 	if errors.Is(err, ErrEndpointDisabled) {
 		return nil // logged; a manual attempt is not retried
 	}
@@ -410,7 +410,7 @@ func (w *Worker) handleProbe(ctx context.Context, t *asynq.Task) error {
 		// delivery's own task: that one may have been taken by a worker
 		// that never ran it (a dequeue whose reply Redis lost), which
 		// asynq gives back only when its lease runs out.
-		res, err := w.Deliverer.Attempt(ctx, Request{DeliveryID: id, EndpointID: ep})
+		res, err := w.Deliverer.Attempt(ctx, Request{DeliveryID: id, EndpointID: ep, Woken: true})
 		w.Queue.settle(ctx, ep, id, res, err)
 	}
 	return nil
@@ -424,7 +424,7 @@ func (w *Worker) attemptInBackground(_ context.Context, ds []webhookd.ScheduledD
 		w.attempts.Go(func() {
 			w.slots <- struct{}{}
 			defer func() { <-w.slots }()
-			if _, err := w.Deliverer.Attempt(w.background, Request{DeliveryID: sd.ID, EndpointID: sd.EndpointID}); err != nil &&
+			if _, err := w.Deliverer.Attempt(w.background, Request{DeliveryID: sd.ID, EndpointID: sd.EndpointID, Woken: true}); err != nil &&
 				!isRetryAt(err) {
 				w.cfg.Logger.Debug("background attempt failed; the reconciler offers it again", "delivery_id", sd.ID, "err", err)
 			}
