@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/webhookd/webhookd/storage"
 )
 
 // overdueSample is a delivery found waiting past its time: due is when it
@@ -56,14 +58,14 @@ const maxOverdueSamples = 200_000
 // (fifo_turn), and the head's own time counts from when the one ahead of
 // it finished. The head is never held for room: nothing but itself is
 // ever in flight to its endpoint, so a hold for room (endpoint_busy) ends
-// within moments; its wait counts from the instant it was held (an hour,
-// storage.HoldFor, before its next_attempt_at).
+// within moments; its wait counts from the instant it was held
+// (storage.HoldFor, $2, before its next_attempt_at).
 const livenessSQL = `
 	SELECT d.id, d.endpoint_id, coalesce(d.waiting_reason, ''), coalesce(d.lease_until > now(), false)
 			OR d.waiting_reason IN ('endpoint_busy', 'rate_limit', 'circuit_open') AND d.next_attempt_at > now()
 				AND NOT (d.fifo_seq IS NOT NULL AND d.waiting_reason = 'endpoint_busy') AS held,
 		greatest(CASE WHEN d.fifo_seq IS NOT NULL AND d.waiting_reason = 'endpoint_busy'
-				THEN d.next_attempt_at - interval '1 hour' ELSE d.next_attempt_at END,
+				THEN d.next_attempt_at - make_interval(secs => $2) ELSE d.next_attempt_at END,
 			CASE WHEN d.lease_until > 'epoch' AND d.lease_until <= now() THEN d.lease_until END,
 			CASE WHEN d.fifo_seq IS NOT NULL THEN (SELECT max(p.updated_at) FROM deliveries p
 				WHERE p.endpoint_id = d.endpoint_id AND p.fifo_seq < d.fifo_seq
@@ -134,7 +136,7 @@ func (s *livenessSampler) failed(err error) {
 func (s *livenessSampler) sample(ctx context.Context, conn *pgx.Conn) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	rows, err := conn.Query(ctx, livenessSQL, s.bound.Seconds())
+	rows, err := conn.Query(ctx, livenessSQL, s.bound.Seconds(), storage.HoldFor.Seconds())
 	if err != nil {
 		return err
 	}
@@ -218,10 +220,7 @@ func (s *livenessSampler) judge(faults []faultRecord, names map[string]string, a
 	}
 	for id, o := range worst {
 		v.Overdue++
-		reason := o.reason
-		if reason == "" {
-			reason = "(none)"
-		}
+		reason := orNone(o.reason)
 		v.OverdueByReason[reason]++
 		what := names[o.endpoint]
 		if what == "" {
