@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -26,6 +27,7 @@ type chaosOptions struct {
 	DrainBound    time.Duration // -drain-bound; 3m for the backlog to drain after the last fault
 	RetrySchedule string        // -retry-schedule; 1s,2s,5s,10s
 	LivenessBound time.Duration // -liveness-bound; 5s a delivery may wait past its time, outside faults
+	Faults        string        // -faults; every kind (a drill names a few, comma-separated)
 	Out           string        // -out; - (stdout), e.g. RELIABILITY.md
 }
 
@@ -41,6 +43,8 @@ func (o *chaosOptions) bind(fs *flag.FlagSet) {
 	fs.StringVar(&o.RetrySchedule, "retry-schedule", "1s,2s,5s,10s", "WEBHOOKD_RETRY_SCHEDULE of the soak")
 	fs.DurationVar(&o.LivenessBound, "liveness-bound", 5*time.Second,
 		"the longest a delivery may wait past its next_attempt_at (and a probe past its probe_at), time under a fault on a worker, PostgreSQL or Redis not counted")
+	fs.StringVar(&o.Faults, "faults", "", "only these kinds of fault, comma-separated (a drill); empty: every kind ("+
+		strings.Join(faultKinds, ", ")+", heartbeat-stall)")
 	fs.StringVar(&o.Out, "out", "-", `report file ("-": stdout)`)
 }
 
@@ -54,6 +58,11 @@ func (o *chaosOptions) Validate() error {
 		return errors.New("-fault-gap must be at least 1s, -grace not negative, -drain-bound positive")
 	case o.LivenessBound < time.Second:
 		return errors.New("-liveness-bound must be at least 1s (PostgreSQL is sampled every second)")
+	}
+	for _, k := range o.faultKinds() {
+		if !slices.Contains(faultKinds, k) && k != "heartbeat-stall" {
+			return fmt.Errorf("-faults: no fault kind %q (kinds: %s, heartbeat-stall)", k, strings.Join(faultKinds, ", "))
+		}
 	}
 	return nil
 }
@@ -140,7 +149,7 @@ func soak(ctx context.Context, o *chaosOptions) (*chaosReport, error) {
 		procNames = append(procNames, p.Name)
 		proxyNames = append(proxyNames, p.Name+"/postgres", p.Name+"/redis")
 	}
-	plan := planFaults(o.Seed, o.Duration, o.FaultGap, procNames, proxyNames)
+	plan := planFaults(o.Seed, o.Duration, o.FaultGap, o.faultKinds(), procNames, proxyNames)
 	progress("chaos: %d faults planned over %s:", len(plan), o.Duration)
 	for _, f := range plan {
 		progress("chaos:   %s", f)
@@ -231,4 +240,12 @@ func (s *chaosSystem) sampleRSS(interval time.Duration) (stop func()) {
 		}
 	}()
 	return func() { close(done); <-finished }
+}
+
+// faultKinds is -faults as a list; nil for every kind.
+func (o *chaosOptions) faultKinds() []string {
+	if o.Faults == "" {
+		return nil
+	}
+	return strings.Split(o.Faults, ",")
 }

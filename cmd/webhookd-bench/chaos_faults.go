@@ -39,19 +39,25 @@ func (f plannedFault) String() string {
 }
 
 // planFaults draws the schedule from seed: one fault every gap on average
-// (so several overlap), from warm-up until duration.
-func planFaults(seed uint64, duration, gap time.Duration, procs, proxies []string) []plannedFault {
+// (so several overlap), from warm-up until duration, of kinds (a drill's
+// few) or, when kinds is empty, of every kind and the heartbeat stall.
+func planFaults(seed uint64, duration, gap time.Duration, kinds, procs, proxies []string) []plannedFault {
 	rng := rand.New(rand.NewPCG(seed, 7))
-	order := slices.Clone(faultKinds)
+	if len(kinds) == 0 {
+		kinds = append(slices.Clone(faultKinds), "heartbeat-stall")
+	}
+	stall := slices.Contains(kinds, "heartbeat-stall")
+	kinds = slices.DeleteFunc(slices.Clone(kinds), func(k string) bool { return k == "heartbeat-stall" })
+	order := slices.Clone(kinds)
 	rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 	var plan []plannedFault
 	warmup := min(5*time.Second, duration/10)
-	for at := warmup; at < duration-3*time.Second; at += gap/2 + time.Duration(rng.Int64N(int64(gap))) {
+	for at := warmup; len(kinds) > 0 && at < duration-3*time.Second; at += gap/2 + time.Duration(rng.Int64N(int64(gap))) {
 		kind := ""
 		if len(plan) < len(order) {
 			kind = order[len(plan)]
 		} else {
-			kind = faultKinds[rng.IntN(len(faultKinds))]
+			kind = kinds[rng.IntN(len(kinds))]
 		}
 		f := plannedFault{At: at, Kind: kind, Hold: time.Second + time.Duration(rng.Int64N(int64(9*time.Second)))}
 		f.Hold = min(f.Hold, duration-at)
@@ -78,6 +84,9 @@ func planFaults(seed uint64, duration, gap time.Duration, procs, proxies []strin
 			f.Param = 1 + rng.IntN(16)
 		}
 		plan = append(plan, f)
+	}
+	if !stall {
+		return plan
 	}
 	return insertStall(plan, seed, duration, proxies)
 }

@@ -17,7 +17,8 @@ import (
 type chaosReport struct {
 	Opts        *chaosOptions
 	Date        time.Time
-	Commit      string
+	Commit      string // the tree the report was written from
+	Binary      string // the webhookd binary soaked, with the revision it was built from
 	Machine     string
 	Postgres    string
 	Command     string
@@ -70,7 +71,7 @@ func (l rssLine) verdict() string {
 
 func buildChaosReport(ctx context.Context, o *chaosOptions, sys *chaosSystem, load *chaosLoad, live *livenessSampler,
 	faults []faultRecord, plan []plannedFault, start, faultsOver time.Time, resolved int) (*chaosReport, error) {
-	r := &chaosReport{Opts: o, Date: time.Now().UTC(), Commit: gitCommit(o.Out), Machine: machine(),
+	r := &chaosReport{Opts: o, Date: time.Now().UTC(), Commit: gitCommit(o.Out), Binary: describeBinary(o.Webhookd), Machine: machine(),
 		Command: commandLine(), Ran: faultsOver.Sub(start), Plan: plan, Faults: faults, Resolved: resolved,
 		Recovery: make(map[string]time.Duration)}
 	r.Postgres, _ = postgresVersion(ctx, sys.pg.AdminURL())
@@ -311,7 +312,8 @@ func (r *chaosReport) Write(w io.Writer) error {
 	p("|---|---|")
 	p("| verdict | %s |", verdict)
 	p("| date | %s |", r.Date.Format(time.RFC3339))
-	p("| commit | %s |", r.Commit)
+	p("| binary soaked | %s |", r.Binary)
+	p("| tree at writing | %s |", r.Commit)
 	p("| machine | %s |", r.Machine)
 	p("| PostgreSQL | %s |", r.Postgres)
 	p("| seed | %d |", r.Opts.Seed)

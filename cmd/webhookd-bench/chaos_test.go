@@ -13,12 +13,12 @@ import (
 func TestPlanFaultsRepeatsAndCoversEveryKind(t *testing.T) {
 	procs := []string{"serve-1", "serve-2", "worker-1", "worker-2"}
 	proxies := []string{"serve-1/postgres", "serve-1/redis", "worker-1/postgres", "worker-1/redis"}
-	a := planFaults(42, 3*time.Minute, 6*time.Second, procs, proxies)
-	b := planFaults(42, 3*time.Minute, 6*time.Second, procs, proxies)
+	a := planFaults(42, 3*time.Minute, 6*time.Second, nil, procs, proxies)
+	b := planFaults(42, 3*time.Minute, 6*time.Second, nil, procs, proxies)
 	if !reflect.DeepEqual(a, b) {
 		t.Fatal("two plans of one seed differ")
 	}
-	if c := planFaults(43, 3*time.Minute, 6*time.Second, procs, proxies); reflect.DeepEqual(a, c) {
+	if c := planFaults(43, 3*time.Minute, 6*time.Second, nil, procs, proxies); reflect.DeepEqual(a, c) {
 		t.Fatal("two seeds gave one plan")
 	}
 	stalls := 0
@@ -37,6 +37,18 @@ func TestPlanFaultsRepeatsAndCoversEveryKind(t *testing.T) {
 		if !slices.ContainsFunc(a, func(f plannedFault) bool { return f.Kind == kind }) {
 			t.Errorf("no %s in a 3-minute plan", kind)
 		}
+	}
+	drill := planFaults(42, 3*time.Minute, 6*time.Second, []string{"redis-restart", "kill-9"}, procs, proxies)
+	if len(drill) < 20 {
+		t.Errorf("a drill of two kinds planned %d faults in 3 minutes, want one every 6 s", len(drill))
+	}
+	for _, f := range drill {
+		if f.Kind != "redis-restart" && f.Kind != "kill-9" {
+			t.Errorf("%s in a drill of redis-restart and kill-9", f)
+		}
+	}
+	if stall := planFaults(42, time.Minute, 6*time.Second, []string{"heartbeat-stall"}, procs, proxies); len(stall) != 1 {
+		t.Errorf("a drill of the heartbeat stall planned %v", stall)
 	}
 	for _, f := range a {
 		if f.At < 0 || f.At+f.Hold > 3*time.Minute || f.Hold <= 0 {
