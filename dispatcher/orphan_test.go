@@ -40,6 +40,37 @@ func TestOrphanedTaskIsRecovered(t *testing.T) {
 	}
 }
 
+// TestTakenTaskRungInProcessAtItsRetry: a delivery whose task stays taken
+// (a worker took it and never ran it, or Redis lost its handler's return:
+// "will retry syncing") is attempted by the reconciler without its task.
+// When that attempt fails, its retry is rung here at its time: the taken
+// task cannot be moved until asynq gives it back, and the reconciler's
+// next pass (an hour away here; two seconds past its grace in a default
+// worker) is not its bell. The chaos soak saw a rate-limited endpoint's
+// deliveries wait 6-7.5 s at each retry after a Redis restart.
+func TestTakenTaskRungInProcessAtItsRetry(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	e.worker.Stop()
+	insp := asynq.NewInspectorFromRedisClient(e.redis)
+	rc := newReceiver(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+		if n == 1 {
+			w.WriteHeader(http.StatusInternalServerError)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	e.endpoint(rc.URL, nil)
+	id := e.publish("a", 1)[0]
+	orphan(t, e, insp, id)
+
+	e.worker = e.startWorker() // its first pass finds the delivery due with its task taken
+	e.waitStatus(id, webhookd.DeliverySucceeded, 10*time.Second)
+	if got := rc.requests(); len(got) != 2 || got[1].at.Sub(got[0].at) > 3*time.Second {
+		t.Fatalf("%d requests (want 2, the retry a second after the first): %v", len(got), got)
+	}
+}
+
 // orphan takes task id off the queue the way asynq's dequeue script takes
 // it, with a lease that asynq keeps for 30 s more, and no worker to run it.
 func orphan(t *testing.T, e *env, insp *asynq.Inspector, id string) {

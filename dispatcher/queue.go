@@ -46,7 +46,18 @@ type Queue struct {
 	rdb       redis.UniversalClient
 	queue     string
 	timeout   time.Duration
+	// stuck, if set, rings a delivery whose task stayed taken (active)
+	// through every try to wake or move it, at the time it should have
+	// woken: a worker took the task and never ran it, or its handler's
+	// return was lost with Redis ("will retry syncing"), and asynq gives
+	// it back only when its lease runs out. Without it the delivery waits
+	// for the reconciler's grace at every turn.
+	stuck func(context.Context, []webhookd.ScheduledDelivery)
 }
+
+// stuckHorizon bounds how far ahead a taken task's delivery is rung
+// in-process (Queue.stuck): by then asynq has given the task back.
+const stuckHorizon = time.Minute
 
 // NewQueue returns a Queue on rdb (which the caller closes). taskTimeout
 // bounds one attempt and must exceed the HTTP timeouts.
@@ -248,13 +259,23 @@ func (q *Queue) Wake(ctx context.Context, ep string, ids ...string) {
 			running = append(running, id)
 		}
 	}
-	retryRunning(running, func(id string) error { return q.inspector.RunTask(q.queue, id) })
+	retryRunning(running, func(id string) error { return q.inspector.RunTask(q.queue, id) },
+		func(id string) { q.taken(ep, id, time.Now()) })
+}
+
+// taken rings delivery id of ep at at without its task, which stayed
+// taken through every try to wake or move it (Queue.stuck).
+func (q *Queue) taken(ep, id string, at time.Time) {
+	if q.stuck != nil && time.Until(at) < stuckHorizon {
+		q.stuck(context.Background(), []webhookd.ScheduledDelivery{{ID: id, EndpointID: ep, DueAt: at}})
+	}
 }
 
 // retryRunning tries op again on each of ids, a few times over the next
 // moments, while it finds the task running (isRunning): its handler, about
-// to return, holds it. It does not wait.
-func retryRunning(ids []string, op func(id string) error) {
+// to return, holds it. Those still running after the last try go to
+// gaveUp, if set. It does not wait.
+func retryRunning(ids []string, op func(id string) error, gaveUp func(id string)) {
 	if len(ids) == 0 {
 		return
 	}
@@ -268,6 +289,11 @@ func retryRunning(ids []string, op func(id string) error) {
 				}
 			}
 			ids = left
+		}
+		for _, id := range ids {
+			if gaveUp != nil {
+				gaveUp(id)
+			}
 		}
 	}()
 }
@@ -288,7 +314,7 @@ func (q *Queue) Drop(id string) {
 	drop := func(id string) error { return q.inspector.DeleteTask(q.queue, id) }
 	go func() {
 		if isRunning(drop(id)) {
-			retryRunning([]string{id}, drop)
+			retryRunning([]string{id}, drop, nil)
 		}
 	}()
 }
@@ -322,7 +348,7 @@ func (q *Queue) Reschedule(ctx context.Context, ep, id string, at time.Time) err
 	}
 	err := move(id)
 	if isRunning(err) {
-		retryRunning([]string{id}, move)
+		retryRunning([]string{id}, move, func(id string) { q.taken(ep, id, at) })
 		return nil
 	}
 	return err

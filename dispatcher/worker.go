@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-redis/redis_rate/v10"
@@ -210,6 +211,10 @@ type Worker struct {
 	attempts   sync.WaitGroup
 	slots      chan struct{}
 	background context.Context
+	// quit ends the background attempts still waiting for their time, and
+	// stopping keeps new ones from starting, once Stop begins.
+	quit     chan struct{}
+	stopping atomic.Bool
 	// warm runs attempts on goroutines that outlive a task: asynq starts
 	// one per task, and an attempt's call path grew each one's stack anew.
 	warm *warm.Pool
@@ -246,11 +251,13 @@ func NewWorker(cfg Config) (*Worker, error) {
 			DisableAfter: max(cfg.Circuit.DisableAfter, 0)}, relays: cfg.Relays,
 		transforms: transform.NewEngine(transform.Config{Budget: cfg.TransformTimeout, MaxOutput: int(cfg.MaxPayloadBytes)})}
 	w := &Worker{cfg: cfg, Deliverer: d, Queue: q, holder: d.holder, warm: warm.New(time.Minute), slots: make(chan struct{}, cfg.Concurrency), alive: d.alive,
+		quit: make(chan struct{}),
 		reconciler: &Reconciler{DB: cfg.DB, Queue: q, Interval: cfg.ReconcileInterval, Grace: cfg.ReconcileGrace,
 			Clock: clock, Logger: cfg.Logger, Observe: m.observeReconcile, Offered: m.offered.Add, Reenqueued: m.reenqueued.Add},
 		retention: &Retention{DB: cfg.DB, Keep: cfg.Retention, Interval: cfg.RetentionInterval, Clock: cfg.Clock,
 			Logger: cfg.Logger}}
 	w.reconciler.Attempt = w.attemptInBackground
+	q.stuck = w.attemptInBackground
 	w.server = asynq.NewServerFromRedisClient(cfg.Redis, asynq.Config{
 		Concurrency:              cfg.Concurrency,
 		Queues:                   map[string]int{cfg.Queue: 1},
@@ -351,6 +358,9 @@ func (w *Worker) Stop() {
 	if w.Deliverer.claims == nil {
 		return // never started, or stopped already
 	}
+	if !w.stopping.Swap(true) {
+		close(w.quit)
+	}
 	w.reconciler.Stop()
 	w.retention.Stop()
 	w.holder.Stop()
@@ -416,16 +426,34 @@ func (w *Worker) handleProbe(ctx context.Context, t *asynq.Task) error {
 	return nil
 }
 
-// attemptInBackground attempts deliveries without their tasks, a few at a
-// time, until the worker stops: the reconciler's, for deliveries whose
-// tasks a dead worker holds in asynq.
+// attemptInBackground attempts deliveries without their tasks, each at
+// its due time, a few at a time, until the worker stops: the reconciler's,
+// for deliveries whose tasks a dead worker holds in asynq, and the queue's
+// for those whose tasks stay taken (Queue.stuck). An attempt that leaves
+// its delivery waiting moves the delivery's task to then (Queue.settle), or,
+// the task still taken, rings the delivery here again at that time.
 func (w *Worker) attemptInBackground(_ context.Context, ds []webhookd.ScheduledDelivery) {
 	for _, sd := range ds {
+		if w.stopping.Load() {
+			return
+		}
 		w.attempts.Go(func() {
+			if wait := time.Until(sd.DueAt); wait > 0 {
+				t := time.NewTimer(wait)
+				defer t.Stop()
+				select {
+				case <-t.C:
+				case <-w.quit:
+					return
+				}
+			}
 			w.slots <- struct{}{}
 			defer func() { <-w.slots }()
-			if _, err := w.Deliverer.Attempt(w.background, Request{DeliveryID: sd.ID, EndpointID: sd.EndpointID}); err != nil &&
-				!isRetryAt(err) {
+			res, err := w.Deliverer.Attempt(w.background, Request{DeliveryID: sd.ID, EndpointID: sd.EndpointID})
+			switch {
+			case isRetryAt(err):
+				w.Queue.settle(w.background, sd.EndpointID, sd.ID, res, err)
+			case err != nil:
 				w.cfg.Logger.Debug("background attempt failed; the reconciler offers it again", "delivery_id", sd.ID, "err", err)
 			}
 		})
