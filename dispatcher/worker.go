@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -95,55 +96,29 @@ type Config struct {
 
 // WithDefaults fills zero values.
 func (c Config) WithDefaults() Config {
-	if c.Queue == "" {
-		c.Queue = DefaultQueue
-	}
+	c.Queue = cmp.Or(c.Queue, DefaultQueue)
 	if c.Schedule == nil {
 		c.Schedule = DefaultSchedule
 	}
 	c.HTTP = c.HTTP.WithDefaults()
-	if c.Concurrency == 0 {
-		c.Concurrency = 500
-	}
-	if c.EndpointInitialLimit == 0 {
-		c.EndpointInitialLimit = 10
-	}
-	if c.ReconcileInterval == 0 {
-		c.ReconcileInterval = 2 * time.Second
-	}
-	if c.PollInterval == 0 {
-		c.PollInterval = 10 * time.Millisecond
-	}
-	if c.Retention == 0 {
-		c.Retention = 336 * time.Hour
-	}
-	if c.Circuit.After == 0 {
-		c.Circuit.After = DefaultCircuit.After
-	}
+	c.Concurrency = cmp.Or(c.Concurrency, 500)
+	c.EndpointInitialLimit = cmp.Or(c.EndpointInitialLimit, 10)
+	c.ReconcileInterval = cmp.Or(c.ReconcileInterval, 2*time.Second)
+	c.PollInterval = cmp.Or(c.PollInterval, 10*time.Millisecond)
+	c.Retention = cmp.Or(c.Retention, 336*time.Hour)
+	c.Circuit.After = cmp.Or(c.Circuit.After, DefaultCircuit.After)
 	if len(c.Circuit.Probes) == 0 {
 		c.Circuit.Probes = DefaultCircuit.Probes
 	}
-	if c.Circuit.DisableAfter == 0 {
-		c.Circuit.DisableAfter = DefaultCircuit.DisableAfter
-	}
-	if c.RetentionInterval == 0 {
-		c.RetentionInterval = time.Hour
-	}
-	if c.TransformTimeout == 0 {
-		c.TransformTimeout = transform.DefaultBudget
-	}
-	if c.MaxPayloadBytes == 0 {
-		c.MaxPayloadBytes = webhookd.DefaultMaxPayloadBytes
-	}
-	if c.RateLimitPrefix == "" {
-		c.RateLimitPrefix = "webhookd:endpoint-rate:"
-	}
-	if c.Clock == nil {
+	c.Circuit.DisableAfter = cmp.Or(c.Circuit.DisableAfter, DefaultCircuit.DisableAfter)
+	c.RetentionInterval = cmp.Or(c.RetentionInterval, time.Hour)
+	c.TransformTimeout = cmp.Or(c.TransformTimeout, transform.DefaultBudget)
+	c.MaxPayloadBytes = cmp.Or(c.MaxPayloadBytes, webhookd.DefaultMaxPayloadBytes)
+	c.RateLimitPrefix = cmp.Or(c.RateLimitPrefix, "webhookd:endpoint-rate:")
+	if c.Clock == nil { // an interface: cmp.Or would compare its dynamic value
 		c.Clock = webhookd.SystemClock{}
 	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
+	c.Logger = cmp.Or(c.Logger, slog.Default())
 	if c.Metrics == nil {
 		c.Metrics = prometheus.NewRegistry()
 	}
@@ -225,18 +200,15 @@ func NewWorker(cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := cfg.Metrics.Register(newQueueCollector(cfg.Redis, cfg.Queue)); err != nil {
-		return nil, err
-	}
-	if err := cfg.Metrics.Register(newBacklogCollector(cfg.DB, cfg.Clock)); err != nil {
-		return nil, err
+	g := newGate(cfg.EndpointInitialLimit, 100*time.Millisecond)
+	for _, c := range []prometheus.Collector{newQueueCollector(cfg.Redis, cfg.Queue), newBacklogCollector(cfg.DB, cfg.Clock),
+		newLimitCollector(g)} {
+		if err := cfg.Metrics.Register(c); err != nil {
+			return nil, err
+		}
 	}
 	q := NewQueue(cfg.Redis, cfg.Queue, cfg.TaskTimeout())
 	clock := newDBClock(cfg.Clock)
-	g := newGate(cfg.EndpointInitialLimit, 100*time.Millisecond)
-	if err := cfg.Metrics.Register(newLimitCollector(g)); err != nil {
-		return nil, err
-	}
 	d := &Deliverer{db: cfg.DB, sender: wire.Sender{Client: wire.NewHTTPClient(cfg.HTTP), BodyTimeout: cfg.HTTP.ResponseTimeout,
 		Tracer: cfg.Tracer}, tracer: cfg.Tracer, schedule: cfg.Schedule, clock: clock,
 		log: cfg.Logger, limiter: redis_rate.NewLimiter(cfg.Redis), prefix: cfg.RateLimitPrefix, metrics: m,
@@ -464,10 +436,7 @@ func retryDelay(retried int, err error, _ *asynq.Task) time.Duration {
 // go within a second or two of its end, and a long outage costs a task a
 // look every few seconds, not a storm.
 func errorRetry(retried int) time.Duration {
-	if retried >= 3 {
-		return errorRetryMax
-	}
-	return min(time.Second<<retried, errorRetryMax)
+	return min(time.Second<<min(retried, 3), errorRetryMax) // capped before the shift overflows
 }
 
 const errorRetryMax = 5 * time.Second
