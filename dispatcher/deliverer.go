@@ -164,7 +164,7 @@ func (d *Deliverer) attempt(ctx context.Context, r Request) (Result, error) {
 	auto := r.kind() == KindAuto
 	rateChecked := false
 	// The endpoint's cap counts requests in flight: a slot is held from
-	// acquire (or await) until the response is in.
+	// acquire until the response is in.
 	var slot endpointSlot
 	defer slot.release()
 	admitted := false
@@ -176,7 +176,7 @@ func (d *Deliverer) attempt(ctx context.Context, r Request) (Result, error) {
 	switch {
 	case r.EndpointID == "":
 	case r.Replay:
-		if !d.gate.await(ctx, r.EndpointID) {
+		if !d.gate.acquire(ctx, r.EndpointID, false) {
 			return Result{}, ctx.Err()
 		}
 		slot = endpointSlot{gate: d.gate, ep: r.EndpointID}
@@ -238,7 +238,7 @@ func (d *Deliverer) attempt(ctx context.Context, r Request) (Result, error) {
 			return d.holdLeased(ctx, r, &l, now, webhookd.WaitingEndpointBusy)
 		}
 		admitted = false // acquire ends the admission either way
-		if !d.gate.acquire(ctx, del.EndpointID) {
+		if !d.gate.acquire(ctx, del.EndpointID, true) {
 			return d.holdLeased(ctx, r, &l, now, webhookd.WaitingEndpointBusy)
 		}
 		slot = endpointSlot{gate: d.gate, ep: del.EndpointID}
