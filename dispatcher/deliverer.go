@@ -313,7 +313,7 @@ func (d *Deliverer) send(ctx context.Context, r Request, l *storage.Lease, slot 
 	}
 	d.metrics.observe(a, t.Status)
 	if l.SecretErr == nil {
-		d.countForBreaker(ctx, l, resp, end, probe)
+		d.countForBreaker(ctx, l, slot.sig, end, probe)
 	}
 	d.log.InfoContext(spanCtx, "delivery attempt", "delivery_id", del.ID, "event_id", del.EventID, "endpoint_id", del.EndpointID,
 		"attempt", a.Number, "trigger", trigger, "request_id", a.RequestID, "status_code", orNil(a.StatusCode),
@@ -420,12 +420,18 @@ func (d *Deliverer) holdLeased(ctx context.Context, r Request, l *storage.Lease,
 	case r.Replay: // no task to park: Replay waits for the endpoint's room
 		return res, &RetryAt{At: at, Reason: "held back: " + reason}
 	case r.Manual:
-		return res, d.holder.holdManual()
+		// Its redelivery request stays recorded in PostgreSQL, and its
+		// task looks again shortly: a person's attempts are few, not worth
+		// a wait of their own.
+		return res, &RetryAt{At: d.clock.Now().Add(manualLook), Reason: "held back: " + webhookd.WaitingEndpointBusy}
 	case reason != webhookd.WaitingCircuitOpen:
 		d.holder.remember(ep)
 	}
 	return res, &RetryAt{At: at, Reason: "held back: " + reason}
 }
+
+// manualLook is how soon a manual attempt that found no room looks again.
+const manualLook = 500 * time.Millisecond
 
 // record records an attempt, trying again for a while when PostgreSQL
 // cannot be reached (a restart, a dropped connection): a request that was

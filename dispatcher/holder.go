@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"sync"
 	"time"
 
@@ -69,17 +70,6 @@ func (h *holder) hold(ctx context.Context, ep, id, reason string) error {
 	h.held.WithLabelValues(reason).Inc()
 	return &RetryAt{At: until, Reason: "held back: " + reason}
 }
-
-// holdManual holds back a manual attempt (task id: its request id) that
-// found no room: its request stays recorded in PostgreSQL, and its task
-// looks again shortly. Manual attempts are a person's, few, so they are
-// not worth a wait of their own.
-func (h *holder) holdManual() error {
-	return &RetryAt{At: h.clock.Now().Add(manualLook), Reason: "held back: " + webhookd.WaitingEndpointBusy}
-}
-
-// manualLook is how soon a manual attempt that found no room looks again.
-const manualLook = 500 * time.Millisecond
 
 // remember notes that ep may have held deliveries, so a slot freed there
 // wakes them.
@@ -163,10 +153,7 @@ func (h *holder) freedSoon(first string) map[string]struct{} {
 // of, and forgets those with none left.
 func (h *holder) pass(ctx context.Context) {
 	h.mu.Lock()
-	eps := make(map[string]uint64, len(h.known))
-	for ep, holds := range h.known {
-		eps[ep] = holds
-	}
+	eps := maps.Clone(h.known)
 	h.mu.Unlock()
 	for ep, holds := range eps {
 		n := h.room(ep)
