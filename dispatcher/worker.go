@@ -259,15 +259,15 @@ func (w *Worker) Start(ctx context.Context) error {
 		c.learn(now, sent)
 	}
 	claimSize, recordSize := d.metrics.groups.WithLabelValues("claim"), d.metrics.groups.WithLabelValues("record")
-	d.claims = newBatcher(256, 1, claimLinger, 30*time.Second, func(ctx context.Context, cs []storage.Claim) ([]storage.Lease, error) {
+	d.claims = newBatcher(256, claimLinger, 30*time.Second, func(ctx context.Context, cs []storage.Claim) ([]storage.Lease, error) {
 		claimSize.Observe(float64(len(cs)))
 		return d.claimNow(ctx, cs)
 	})
-	d.records = newBatcher(256, 1, batchLinger, 30*time.Second, func(ctx context.Context, rs []storage.Record) ([]bool, error) {
+	d.records = newBatcher(256, batchLinger, 30*time.Second, func(ctx context.Context, rs []storage.Record) ([]bool, error) {
 		recordSize.Observe(float64(len(rs)))
 		return d.recordAttempts(ctx, rs)
 	})
-	d.holder.holds = newBatcher(256, 1, batchLinger, 30*time.Second, func(ctx context.Context, hs []storage.Hold) ([]bool, error) {
+	d.holder.holds = newBatcher(256, batchLinger, 30*time.Second, func(ctx context.Context, hs []storage.Hold) ([]bool, error) {
 		return make([]bool, len(hs)), d.db.HoldBack(ctx, d.clock.Now(), hs)
 	})
 	w.background = ctx
