@@ -72,10 +72,3 @@ func endAttempt(span trace.Span, a webhookd.Attempt, resp wire.Response, outcome
 	}
 	span.End()
 }
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
-}

@@ -111,15 +111,6 @@ type Request struct {
 	chained bool
 }
 
-// taskID is the id of the task that makes the attempt: a manual one's is
-// its request id, an automatic one's its delivery id.
-func (r Request) taskID() string {
-	if r.Manual {
-		return r.RequestID
-	}
-	return r.DeliveryID
-}
-
 // kind is the kind of attempt asked for; a test event's is known only from
 // its delivery (Deliverer.facts).
 func (r Request) kind() Kind {
@@ -357,8 +348,8 @@ func (d *Deliverer) finish(ctx context.Context, r Request, l *storage.Lease, a *
 func (d *Deliverer) wait(ctx context.Context, r Request, l *storage.Lease, act Action) (Result, error) {
 	del := l.Delivery
 	switch {
-	case !l.Held:
-		return Result{Status: del.Status, HeldFor: del.EndpointID}, d.holder.waitTurn(ctx, del.EndpointID, r.taskID())
+	case !l.Held: // only an automatic attempt waits unclaimed (Decide)
+		return Result{Status: del.Status, HeldFor: del.EndpointID}, d.holder.waitTurn(ctx, r.DeliveryID)
 	case act.Served:
 		at := act.At
 		t := storage.Transition{Status: del.Status, NextAttemptAt: &at, ManualDone: true, Waiting: webhookd.WaitingFIFOTurn, Now: act.At}
@@ -586,6 +577,15 @@ func (d *Deliverer) request(ctx context.Context, l *storage.Lease, trigger strin
 func orNil[T any](p *T) any {
 	if p == nil {
 		return nil
+	}
+	return *p
+}
+
+// deref is what p points at, or T's zero value.
+func deref[T any](p *T) T {
+	if p == nil {
+		var zero T
+		return zero
 	}
 	return *p
 }

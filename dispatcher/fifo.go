@@ -31,7 +31,7 @@ import (
 
 // waitTurn holds back delivery id, which is not the head of its endpoint's
 // queue, until passTurn or the reconciler wakes it.
-func (h *holder) waitTurn(ctx context.Context, ep, id string) error {
+func (h *holder) waitTurn(ctx context.Context, id string) error {
 	if _, err := h.holds.Do(context.WithoutCancel(ctx), storage.Hold{DeliveryID: id, Reason: webhookd.WaitingFIFOTurn}); err != nil {
 		return &RetryAt{At: h.clock.Now().Add(time.Second), Reason: webhookd.WaitingFIFOTurn}
 	}

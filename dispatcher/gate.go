@@ -259,13 +259,7 @@ func (g *gate) learn(ep string, maxInFlight, rate *int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	s := g.useLocked(ep, g.now())
-	s.cap, s.rate = 0, 0
-	if maxInFlight != nil {
-		s.cap = *maxInFlight
-	}
-	if rate != nil {
-		s.rate = *rate
-	}
+	s.cap, s.rate = deref(maxInFlight), deref(rate)
 }
 
 // rate is ep's rate_limit_per_second, if one is known.

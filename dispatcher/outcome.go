@@ -58,11 +58,9 @@ func Classify(now time.Time, attempt int, schedule Schedule, r Response) Outcome
 }
 
 // retry schedules the next attempt after delay, or after the schedule's
-// delay when delay is nil, unless the attempts are used up.
+// delay when delay is nil, unless the attempts are used up (the schedule
+// has no delay after attempt: attempt >= schedule.MaxAttempts()).
 func retry(now time.Time, attempt int, schedule Schedule, delay *time.Duration) Outcome {
-	if attempt >= schedule.MaxAttempts() {
-		return deadLetter(webhookd.ReasonExhausted)
-	}
 	d, ok := schedule.Delay(attempt)
 	if !ok {
 		return deadLetter(webhookd.ReasonExhausted)

@@ -174,9 +174,7 @@ type Worker struct {
 	Queue      *Queue
 	reconciler *Reconciler
 	retention  *Retention
-	holder     *holder
-	heart      loop      // the heartbeat
-	alive      *liveness // when the heartbeat last landed
+	heart      loop // the heartbeat; Deliverer.alive is when it last landed
 	// attempts are the reconciler's attempts made without a task, on
 	// background, the worker's context: at most cap(slots) at once, the
 	// worker's concurrency, as many as a dead worker may have had in
@@ -217,7 +215,7 @@ func NewWorker(cfg Config) (*Worker, error) {
 		circuit: storage.CircuitConfig{After: max(cfg.Circuit.After, 0), Probes: cfg.Circuit.Probes,
 			DisableAfter: max(cfg.Circuit.DisableAfter, 0)}, relays: cfg.Relays,
 		transforms: transform.NewEngine(transform.Config{Budget: cfg.TransformTimeout, MaxOutput: int(cfg.MaxPayloadBytes)})}
-	w := &Worker{cfg: cfg, Deliverer: d, Queue: q, holder: d.holder, warm: warm.New(time.Minute), slots: make(chan struct{}, cfg.Concurrency), alive: d.alive,
+	w := &Worker{cfg: cfg, Deliverer: d, Queue: q, warm: warm.New(time.Minute), slots: make(chan struct{}, cfg.Concurrency),
 		reconciler: &Reconciler{DB: cfg.DB, Queue: q, Interval: cfg.ReconcileInterval, Grace: cfg.ReconcileGrace,
 			Clock: clock, Logger: cfg.Logger, Observe: m.observeReconcile, Offered: m.offered.Add, Reenqueued: m.reenqueued.Add},
 		retention: &Retention{DB: cfg.DB, Keep: cfg.Retention, Interval: cfg.RetentionInterval, Clock: cfg.Clock,
@@ -282,7 +280,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.heart.start(ctx, heartbeatInterval, w.beat)
 	w.reconciler.Start(ctx)
 	w.retention.Start(ctx)
-	w.holder.Start(ctx)
+	d.holder.Start(ctx)
 	return nil
 }
 
@@ -292,23 +290,24 @@ const heartbeatInterval = time.Second
 
 // beat records that this worker is alive, with its endpoints' limits and
 // requests in flight for the dashboard, the endpoints it holds deliveries
-// of (for the reconciler), and when it landed (w.alive). A
+// of (for the reconciler), and when it landed (Deliverer.alive). A
 // failure is logged once, until a beat lands again: with beats every
 // second, a log line each would flood the log of a worker cut off from
 // PostgreSQL.
 func (w *Worker) beat(ctx context.Context) {
 	sent := time.Now()
-	loads := w.Deliverer.gate.loads()
-	w.Deliverer.holder.holding(loads)
-	err := w.cfg.DB.Beat(ctx, w.Deliverer.worker, loads)
+	d := w.Deliverer
+	loads := d.gate.loads()
+	d.holder.holding(loads)
+	err := w.cfg.DB.Beat(ctx, d.worker, loads)
 	switch {
 	case err == nil:
-		if w.alive.landed(sent) {
+		if d.alive.landed(sent) {
 			w.cfg.Logger.Info("heartbeats land again")
 		}
 	case ctx.Err() != nil: // stopping
-	case w.alive.failed():
-		ago, ok := w.alive.since(time.Now())
+	case d.alive.failed():
+		ago, ok := d.alive.since(time.Now())
 		w.cfg.Logger.Warn("heartbeat failed; once the last that landed is older than storage.WorkerStale, "+
 			"other processes void this worker's leases", "err", err, "last_landed_ago", ago, "ever_landed", ok)
 	}
@@ -325,7 +324,7 @@ func (w *Worker) Stop() {
 	}
 	w.reconciler.Stop()
 	w.retention.Stop()
-	w.holder.Stop()
+	w.Deliverer.holder.Stop()
 	w.server.Shutdown()
 	w.attempts.Wait() // the reconciler's attempts of a dead worker's deliveries
 	w.Deliverer.holder.holds.Stop()
@@ -346,19 +345,16 @@ func (w *Worker) Stop() {
 // handleDelivery makes the attempt a delivery task asks for, on a warm
 // goroutine (asynq runs each task on a new one).
 func (w *Worker) handleDelivery(ctx context.Context, t *asynq.Task) error {
-	var err error
-	w.warm.Run(func() { err = w.deliver(ctx, t) })
-	return err
-}
-
-func (w *Worker) deliver(ctx context.Context, t *asynq.Task) error {
 	var p deliveryTask
 	if err := json.Unmarshal(t.Payload(), &p); err != nil {
 		w.cfg.Logger.Error("dropping a delivery task with a bad payload", "err", err)
 		return nil
 	}
-	_, err := w.Deliverer.Attempt(ctx, Request{DeliveryID: p.DeliveryID, EndpointID: p.EndpointID, Manual: p.Manual,
-		RequestID: p.RequestID, By: p.By})
+	var err error
+	w.warm.Run(func() {
+		_, err = w.Deliverer.Attempt(ctx, Request{DeliveryID: p.DeliveryID, EndpointID: p.EndpointID, Manual: p.Manual,
+			RequestID: p.RequestID, By: p.By})
+	})
 	if errors.Is(err, ErrEndpointDisabled) {
 		return nil // logged; a manual attempt is not retried
 	}
