@@ -176,7 +176,7 @@ func (d *Deliverer) attempt(ctx context.Context, r Request) (Result, error) {
 			return Result{}, d.holder.hold(ctx, r.EndpointID, r.DeliveryID, webhookd.WaitingEndpointBusy)
 		}
 		admitted = true
-		if rate, ok := d.gate.rate(r.EndpointID); ok && auto { // known from an earlier claim: no database work if held back
+		if rate := d.gate.rate(r.EndpointID); rate > 0 && auto { // known from an earlier claim: no database work if held back
 			rateChecked = true
 			if _, ok := d.allowed(ctx, r.EndpointID, rate); !ok {
 				return Result{}, d.holder.hold(ctx, r.EndpointID, r.DeliveryID, webhookd.WaitingRateLimit)
@@ -294,9 +294,7 @@ func (d *Deliverer) send(ctx context.Context, r Request, l *storage.Lease, slot 
 	slot.release()
 	end := d.clock.Now()
 	out := Classify(end, l.AutoAttempts+1, d.schedule, resp)
-	t := transition(del.Status, del.NextAttemptAt, !auto, out, r.By, end)
-	t.ManualDone = r.mode() == storage.ClaimManual
-	t.Auto = auto
+	t := transition(del.Status, del.NextAttemptAt, r, out, end)
 	endAttempt(span, a, resp, t.Status)
 	res, err := d.finish(ctx, r, l, &a, t)
 	if err != nil || !res.Attempted {
@@ -502,19 +500,22 @@ func (d *Deliverer) Replay(ctx context.Context, deliveryID, by string) (bool, er
 	}
 }
 
-// transition decides the delivery's next state. Automatic attempts follow
-// the outcome table. A manual attempt never schedules anything: success
-// makes the delivery succeeded (a dead letter is then marked replayed by
-// by); failure leaves a dead letter dead and a succeeded delivery
-// succeeded, and a waiting delivery keeps its schedule (next, the time of
-// its automatic attempt, which its live task keeps too).
-func transition(prev string, next *time.Time, manual bool, out Outcome, by string, now time.Time) storage.Transition {
-	t := storage.Transition{Status: out.Status, DeadLetterReason: out.Reason, DisableEndpoint: out.DisableEndpoint, Now: now}
+// transition decides the delivery's next state after r's attempt.
+// Automatic attempts follow the outcome table. A manual attempt or replay
+// never schedules anything: success makes the delivery succeeded (a dead
+// letter is then marked replayed by r.By); failure leaves a dead letter
+// dead and a succeeded delivery succeeded, and a waiting delivery keeps its
+// schedule (next, the time of its automatic attempt, which its live task
+// keeps too). A manual attempt's redelivery request is served either way.
+func transition(prev string, next *time.Time, r Request, out Outcome, now time.Time) storage.Transition {
+	k := r.kind()
+	t := storage.Transition{Status: out.Status, DeadLetterReason: out.Reason, DisableEndpoint: out.DisableEndpoint, Now: now,
+		Auto: k == KindAuto, ManualDone: k == KindManual}
 	if out.Status == webhookd.DeliveryRetrying {
 		next := out.NextAttemptAt
 		t.NextAttemptAt = &next
 	}
-	if !manual {
+	if k == KindAuto {
 		return t
 	}
 	t.DeadLetterReason = ""
@@ -522,7 +523,7 @@ func transition(prev string, next *time.Time, manual bool, out Outcome, by strin
 	case out.Status == webhookd.DeliverySucceeded:
 		t.Status, t.NextAttemptAt = webhookd.DeliverySucceeded, nil
 		if prev == webhookd.DeliveryDeadLetter {
-			t.ReplayedBy = by
+			t.ReplayedBy = r.By
 		}
 	case prev == webhookd.DeliveryPending || prev == webhookd.DeliveryRetrying:
 		t.Status, t.NextAttemptAt = webhookd.DeliveryRetrying, next // failed at least once now; the schedule stands

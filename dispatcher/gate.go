@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"cmp"
 	"context"
 	"sync"
 	"time"
@@ -94,22 +95,16 @@ func (g *gate) useLocked(ep string, now time.Time) *endpointState {
 	return s
 }
 
-// ceilingOf is s's max_in_flight.
-func ceilingOf(s *endpointState) int {
-	if s.cap > 0 {
-		return s.cap
-	}
-	return webhookd.DefaultMaxInFlight
-}
+// ceilingOf is s's max_in_flight (PostgreSQL keeps one between 1 and
+// 1000), or webhookd.DefaultMaxInFlight.
+func ceilingOf(s *endpointState) int { return cmp.Or(s.cap, webhookd.DefaultMaxInFlight) }
 
 // rollLocked starts a new round trip of s's counts (attempts turned away,
 // most in flight) if the last one ended by now. A round trip is the
-// endpoint's request time, and at least the gate's wait.
+// endpoint's request time (0 until one was measured), and at least the
+// gate's wait.
 func (g *gate) rollLocked(s *endpointState, now time.Time) {
-	rtt := g.wait
-	if s.measured {
-		rtt = max(rtt, s.latency)
-	}
+	rtt := max(g.wait, s.latency)
 	switch since := now.Sub(s.tripAt); {
 	case since >= 2*rtt:
 		s.turned, s.turnedPrev, s.busy, s.busyPrev, s.tripAt = 0, 0, s.inFlight, 0, now
@@ -262,14 +257,14 @@ func (g *gate) learn(ep string, maxInFlight, rate *int) {
 	s.cap, s.rate = deref(maxInFlight), deref(rate)
 }
 
-// rate is ep's rate_limit_per_second, if one is known.
-func (g *gate) rate(ep string) (int, bool) {
+// rate is ep's rate_limit_per_second, if one is known; else 0.
+func (g *gate) rate(ep string) int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if s, ok := g.eps[ep]; ok && s.rate > 0 {
-		return s.rate, true
+	if s, ok := g.eps[ep]; ok {
+		return s.rate
 	}
-	return 0, false
+	return 0
 }
 
 // loads reports the limit and requests in flight of the endpoints in

@@ -95,7 +95,7 @@ func (h *holder) holding(loads map[string]storage.EndpointLoad) {
 
 // Start wakes held deliveries when a slot frees and every interval.
 func (h *holder) Start(ctx context.Context) {
-	h.start(ctx, h.interval, func(ctx context.Context) { h.pass(ctx) })
+	h.start(ctx, h.interval, h.pass)
 	stop := h.loop.stop
 	h.done.Go(func() {
 		for {
@@ -177,7 +177,7 @@ func (h *holder) pass(ctx context.Context) {
 // and no more than its rate allows per interval.
 func (h *holder) room(ep string) int {
 	n := h.gate.free(ep)
-	if r, ok := h.gate.rate(ep); ok {
+	if r := h.gate.rate(ep); r > 0 {
 		n = min(n, max(1, int(float64(r)*h.interval.Seconds())))
 	}
 	return n

@@ -57,10 +57,8 @@ func (d *Deliverer) transformed(ctx context.Context, r Request, l *storage.Lease
 	msg := wire.StorableText(terr.Error(), wire.MaxResponseBody)
 	a := webhookd.Attempt{DeliveryID: del.ID, Number: del.AttemptsCount + 1, RequestID: l.Token, URL: l.Endpoint.URL,
 		Trigger: trigger, StartedAt: now, Error: &msg, RequestHeaders: map[string]string{}, ResponseHeaders: map[string]string{}}
-	t := transition(del.Status, del.NextAttemptAt, !auto,
-		Outcome{Status: webhookd.DeliveryDeadLetter, Reason: webhookd.ReasonTransformationFailed}, r.By, now)
-	t.ManualDone = r.mode() == storage.ClaimManual
-	t.Auto = auto
+	t := transition(del.Status, del.NextAttemptAt, r,
+		Outcome{Status: webhookd.DeliveryDeadLetter, Reason: webhookd.ReasonTransformationFailed}, now)
 	res, err = d.finish(ctx, r, l, &a, t)
 	if err != nil || !res.Attempted {
 		return nil, res, err, false

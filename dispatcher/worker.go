@@ -418,10 +418,7 @@ func retryDelay(retried int, err error, _ *asynq.Task) time.Duration {
 	if !errors.As(err, &r) {
 		return errorRetry(retried)
 	}
-	at := r.At.Truncate(time.Second)
-	if at.Before(r.At) {
-		at = at.Add(time.Second)
-	}
+	at := r.At.Add(time.Second - time.Nanosecond).Truncate(time.Second) // r.At rounded up
 	return max(time.Until(at), 0)
 }
 
