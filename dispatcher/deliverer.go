@@ -452,9 +452,7 @@ func (d *Deliverer) record(ctx context.Context, r storage.Record) (bool, error) 
 // is the reconciler's.
 func (d *Deliverer) recordAttempts(ctx context.Context, rs []storage.Record) ([]bool, error) {
 	applied, ds, err := d.db.RecordAttempts(ctx, rs)
-	if len(ds) > 0 {
-		_ = d.holder.queue.Enqueue(context.WithoutCancel(ctx), ds...)
-	}
+	_ = d.holder.queue.Enqueue(context.WithoutCancel(ctx), ds...)
 	return applied, err
 }
 

@@ -147,9 +147,6 @@ func (r *Reconciler) wakeHeads(ctx context.Context, lost bool) {
 		r.Logger.Warn("reconciler: reading the heads of ordered queues failed", "err", err)
 		return
 	}
-	if len(heads) == 0 {
-		return
-	}
 	_, taken, err := r.Queue.offer(ctx, heads, true)
 	if err != nil {
 		r.Logger.Warn("reconciler: waking the heads of ordered queues failed", "err", err)

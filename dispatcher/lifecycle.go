@@ -84,11 +84,9 @@ func (d *Deliverer) countForBreaker(ctx context.Context, l *storage.Lease, sig s
 }
 
 func (d *Deliverer) circuitChanged(ctx context.Context, c storage.CircuitChange) {
-	// ApplyCircuit wrote the change's operational events with it; a
-	// delivery of theirs that misses the queue is the reconciler's.
-	if len(c.Deliveries) > 0 {
-		_ = d.holder.queue.Enqueue(context.WithoutCancel(ctx), c.Deliveries...)
-	}
+	// ApplyCircuit wrote the change's operational events with it (if any);
+	// a delivery of theirs that misses the queue is the reconciler's.
+	_ = d.holder.queue.Enqueue(context.WithoutCancel(ctx), c.Deliveries...)
 	switch {
 	case c.To == webhookd.CircuitClosed && c.From != webhookd.CircuitClosed:
 		d.log.Info("endpoint circuit closed", "endpoint_id", c.EndpointID)

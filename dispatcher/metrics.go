@@ -5,9 +5,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/storage"
@@ -173,23 +171,22 @@ func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.openFor, prometheus.GaugeValue, openFor)
 }
 
-// queueCollector reports the asynq queue's size by task state at each
-// scrape (nothing when Redis cannot be reached).
+// queueCollector reports the size of q's asynq queue by task state at
+// each scrape (nothing when Redis cannot be reached).
 type queueCollector struct {
-	inspector *asynq.Inspector
-	queue     string
-	desc      *prometheus.Desc
+	q    *Queue
+	desc *prometheus.Desc
 }
 
-func newQueueCollector(rdb redis.UniversalClient, queue string) *queueCollector {
-	return &queueCollector{inspector: asynq.NewInspectorFromRedisClient(rdb), queue: queue,
+func newQueueCollector(q *Queue) *queueCollector {
+	return &queueCollector{q: q,
 		desc: prometheus.NewDesc("webhookd_queue_tasks", "Tasks in the asynq queue by state.", []string{"state"}, nil)}
 }
 
 func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
 func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
-	info, err := c.inspector.GetQueueInfo(c.queue)
+	info, err := c.q.inspector.GetQueueInfo(c.q.queue)
 	if err != nil {
 		return
 	}

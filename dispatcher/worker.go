@@ -198,15 +198,14 @@ func NewWorker(cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
+	q := NewQueue(cfg.Redis, cfg.Queue, cfg.TaskTimeout())
 	g := newGate(cfg.EndpointInitialLimit, 100*time.Millisecond)
-	for _, c := range []prometheus.Collector{newQueueCollector(cfg.Redis, cfg.Queue), newBacklogCollector(cfg.DB, cfg.Clock),
-		newLimitCollector(g)} {
+	for _, c := range []prometheus.Collector{newQueueCollector(q), newBacklogCollector(cfg.DB, cfg.Clock), newLimitCollector(g)} {
 		if err := cfg.Metrics.Register(c); err != nil {
 			return nil, err
 		}
 	}
-	q := NewQueue(cfg.Redis, cfg.Queue, cfg.TaskTimeout())
-	clock := newDBClock(cfg.Clock)
+	clock := &dbClock{base: cfg.Clock}
 	d := &Deliverer{db: cfg.DB, sender: wire.Sender{Client: wire.NewHTTPClient(cfg.HTTP), BodyTimeout: cfg.HTTP.ResponseTimeout,
 		Tracer: cfg.Tracer}, tracer: cfg.Tracer, schedule: cfg.Schedule, clock: clock,
 		log: cfg.Logger, limiter: redis_rate.NewLimiter(cfg.Redis), prefix: cfg.RateLimitPrefix, metrics: m,
