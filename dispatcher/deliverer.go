@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -127,8 +128,6 @@ func (r Request) kind() Kind {
 var claimModes = map[Kind]storage.ClaimMode{KindAuto: storage.ClaimAuto, KindManual: storage.ClaimManual,
 	KindReplay: storage.ClaimReplay}
 
-func (r Request) mode() storage.ClaimMode { return claimModes[r.kind()] }
-
 // Attempt makes one attempt of a delivery. It returns *RetryAt when the
 // queue should come back later (the schedule, a Retry-After, an endpoint
 // with no room, or another attempt holding the delivery).
@@ -183,7 +182,7 @@ func (d *Deliverer) attempt(ctx context.Context, r Request) (Result, error) {
 			}
 		}
 	}
-	l, err := d.claim(ctx, r, storage.Claim{DeliveryID: r.DeliveryID, Token: storage.NewRequestID(), Mode: r.mode(),
+	l, err := d.claim(ctx, r, storage.Claim{DeliveryID: r.DeliveryID, Token: storage.NewRequestID(), Mode: claimModes[r.kind()],
 		RequestID: r.RequestID, Worker: d.worker})
 	if err != nil {
 		return Result{}, err
@@ -485,9 +484,7 @@ func (d *Deliverer) Replay(ctx context.Context, deliveryID, by string) (bool, er
 			d.metrics.replayed(res.Succeeded || res.Skipped, err)
 			return res.Succeeded || res.Skipped, err
 		}
-		if res.HeldFor != "" {
-			ep = res.HeldFor
-		}
+		ep = cmp.Or(res.HeldFor, ep)
 		t := time.NewTimer(min(max(time.Until(ra.At), 50*time.Millisecond), time.Second))
 		select {
 		case <-ctx.Done():

@@ -216,16 +216,14 @@ func (g *gate) release(ep string, took time.Duration, sig signal) {
 		busy := max(s.inFlight, s.busy, s.busyPrev)
 		waiting := s.admitted + max(s.turned, s.turnedPrev)
 		s.lim.observe(now, sig, took, busy, waiting, ceilingOf(s))
+		if s.measured {
+			s.latency = (7*s.latency + took) / 8
+		} else {
+			s.latency, s.measured = took, true
+		}
 	}
 	s.inFlight--
 	s.lastFree = now
-	switch {
-	case took < 0:
-	case s.measured:
-		s.latency = (7*s.latency + took) / 8
-	default:
-		s.latency, s.measured = took, true
-	}
 	if s.frees != nil {
 		close(s.frees)
 		s.frees = nil

@@ -54,7 +54,6 @@ func (r *Retention) Stop() {
 func (r *Retention) RunOnce(ctx context.Context) (ran bool, p storage.Purged, err error) {
 	ran, err = r.DB.AsLeader(ctx, "retention", func(ctx context.Context) error {
 		now := r.Clock.Now()
-		var err error
 		p, err = r.DB.Store().Purge(ctx, now.Add(-r.Keep), now, r.Batch)
 		return err
 	})

@@ -41,7 +41,7 @@ func (d *Deliverer) transformed(ctx context.Context, r Request, l *storage.Lease
 	slot.release() // nothing was sent: it says nothing of the endpoint
 	auto, now := r.kind() == KindAuto, d.clock.Now()
 	if terr == nil {
-		t := storage.Transition{Status: webhookd.DeliveryCanceled, ManualDone: r.mode() == storage.ClaimManual, Now: now}
+		t := storage.Transition{Status: webhookd.DeliveryCanceled, ManualDone: r.kind() == KindManual, Now: now}
 		if del.Status != webhookd.DeliveryPending && del.Status != webhookd.DeliveryRetrying {
 			t.Status = del.Status
 		}
