@@ -54,8 +54,8 @@ func (d *Deliverer) startAttempt(ctx context.Context, l *storage.Lease, trigger 
 // endAttempt ends an attempt's span with what it got and the delivery's
 // status after it; an attempt that got no 2xx is an error.
 func endAttempt(span trace.Span, a webhookd.Attempt, resp wire.Response, outcome string) {
+	defer span.End()
 	if !span.IsRecording() {
-		span.End()
 		return
 	}
 	span.SetAttributes(attribute.String("webhookd.outcome", outcome))
@@ -70,12 +70,4 @@ func endAttempt(span trace.Span, a webhookd.Attempt, resp wire.Response, outcome
 	default:
 		span.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
 	}
-	span.End()
-}
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
 }

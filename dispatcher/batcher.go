@@ -5,8 +5,6 @@ import (
 	"errors"
 	"sync"
 	"time"
-
-	"github.com/webhookd/webhookd/internal/warm"
 )
 
 // errBatcherStopped is what Do returns once the batcher has stopped.
@@ -15,20 +13,19 @@ var errBatcherStopped = errors.New("batcher stopped")
 // batcher is group commit: calls of Do from many goroutines travel
 // together in one call of flush (one statement and one commit), up to max
 // items at a time. A flush takes what waits and what arrives within linger
-// of its first item; what arrives while the flushes run waits for the
-// next. Do returns only after its item's flush has returned, so nothing is
-// reported done before its commit.
+// of its first item; what arrives while it runs waits for the next, one
+// flush at a time. Do returns only after its item's flush has returned, so
+// nothing is reported done before its commit. The flushes run on the
+// batcher's own goroutine, whose stack the ones before grew.
 type batcher[T, R any] struct {
 	flush   func(ctx context.Context, items []T) ([]R, error)
 	max     int
 	timeout time.Duration // bounds one flush, whatever the callers' contexts
 	linger  time.Duration // how long a flush waits for more items after the first
 	in      chan batchItem[T, R]
-	slots   chan struct{} // flushes running at once
 	stop    chan struct{}
 	wg      sync.WaitGroup
 	once    sync.Once
-	warm    *warm.Pool // runs the flushes, on stacks grown by the ones before
 }
 
 type batchItem[T, R any] struct {
@@ -41,10 +38,10 @@ type batchResult[R any] struct {
 	err error
 }
 
-// newBatcher starts a batcher running up to flushers flushes at once.
-func newBatcher[T, R any](max, flushers int, linger, timeout time.Duration, flush func(context.Context, []T) ([]R, error)) *batcher[T, R] {
+// newBatcher starts a batcher.
+func newBatcher[T, R any](max int, linger, timeout time.Duration, flush func(context.Context, []T) ([]R, error)) *batcher[T, R] {
 	b := &batcher[T, R]{flush: flush, max: max, linger: linger, timeout: timeout, in: make(chan batchItem[T, R], 4*max),
-		slots: make(chan struct{}, flushers), stop: make(chan struct{}), warm: warm.New(time.Minute)}
+		stop: make(chan struct{})}
 	b.wg.Add(1)
 	go b.run()
 	return b
@@ -54,13 +51,12 @@ func newBatcher[T, R any](max, flushers int, linger, timeout time.Duration, flus
 // the wait to join a flush: once v is in one, Do waits for it to end.
 func (b *batcher[T, R]) Do(ctx context.Context, v T) (R, error) {
 	it := batchItem[T, R]{v: v, done: make(chan batchResult[R], 1)}
+	var zero R
 	select {
 	case b.in <- it:
 	case <-b.stop:
-		var zero R
 		return zero, errBatcherStopped
 	case <-ctx.Done():
-		var zero R
 		return zero, ctx.Err()
 	}
 	res := <-it.done
@@ -76,16 +72,12 @@ func (b *batcher[T, R]) Stop() {
 
 func (b *batcher[T, R]) run() {
 	defer b.wg.Done()
-	var flushes sync.WaitGroup
-	defer flushes.Wait()
 	for {
-		b.slots <- struct{}{} // wait for a free flush before gathering: items pile up meanwhile
 		var items []batchItem[T, R]
 		select {
 		case it := <-b.in:
 			items = append(items, it)
 		case <-b.stop:
-			<-b.slots
 			b.drain()
 			return
 		}
@@ -100,12 +92,7 @@ func (b *batcher[T, R]) run() {
 			}
 		}
 		linger.Stop()
-		flushes.Add(1)
-		b.warm.Go(func() {
-			defer flushes.Done()
-			defer func() { <-b.slots }()
-			b.write(items)
-		})
+		b.write(items) // items pile up in b.in meanwhile
 	}
 }
 

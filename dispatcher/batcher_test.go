@@ -35,7 +35,7 @@ func TestClaimFlushFailingAfterItsCommitStrandsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	var lost atomic.Bool
-	claims := newBatcher(len(evs), 1, time.Minute, 10*time.Second, func(ctx context.Context, cs []storage.Claim) ([]storage.Lease, error) {
+	claims := newBatcher(len(evs), time.Minute, 10*time.Second, func(ctx context.Context, cs []storage.Claim) ([]storage.Lease, error) {
 		now := time.Now()
 		ls, err := db.ClaimDeliveries(ctx, now, now.Add(time.Minute), cs)
 		if err == nil && len(cs) > 1 && lost.CompareAndSwap(false, true) {

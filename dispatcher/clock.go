@@ -25,8 +25,6 @@ type dbClock struct {
 	at   time.Time     // when off was taken (base's time)
 }
 
-func newDBClock(base webhookd.Clock) *dbClock { return &dbClock{base: base} }
-
 // Now is PostgreSQL's time now, as far as this process knows it.
 func (c *dbClock) Now() time.Time {
 	c.mu.Lock()

@@ -188,19 +188,14 @@ func (d *Deliverer) facts(r Request, l *storage.Lease, now time.Time) Facts {
 		k = KindTest
 	}
 	del, ep := &l.Delivery, &l.Endpoint
+	_, relay := webhookd.RelayName(ep.URL)
 	return Facts{Kind: k, Now: now, Found: l.Found, Held: l.Held, OtherUntil: l.OtherUntil, Status: del.Status,
 		NextAttemptAt: del.NextAttemptAt, CreatedAt: del.CreatedAt,
 		ManualPending: l.ManualRequest != nil && *l.ManualRequest == r.RequestID,
 		EndpointOff:   l.EndpointDeleted || ep.Status != webhookd.EndpointActive,
 		Circuit:       ep.Circuit, ProbeAt: ep.ProbeAt, Breaker: d.circuit.After > 0,
 		FirstProbe: storage.ProbeWait(d.circuit.Probes, 0), Window: d.schedule.Window(), FIFO: l.FIFO, Behind: l.Behind,
-		Relay: isRelay(ep.URL)}
-}
-
-// isRelay tells whether url is a relay endpoint's.
-func isRelay(url string) bool {
-	_, ok := webhookd.RelayName(url)
-	return ok
+		Relay: relay}
 }
 
 // listening tells whether a listener is connected to the relay endpoint

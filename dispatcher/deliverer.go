@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -111,15 +112,6 @@ type Request struct {
 	chained bool
 }
 
-// taskID is the id of the task that makes the attempt: a manual one's is
-// its request id, an automatic one's its delivery id.
-func (r Request) taskID() string {
-	if r.Manual {
-		return r.RequestID
-	}
-	return r.DeliveryID
-}
-
 // kind is the kind of attempt asked for; a test event's is known only from
 // its delivery (Deliverer.facts).
 func (r Request) kind() Kind {
@@ -135,8 +127,6 @@ func (r Request) kind() Kind {
 // claimModes are the claims the kinds of Request make.
 var claimModes = map[Kind]storage.ClaimMode{KindAuto: storage.ClaimAuto, KindManual: storage.ClaimManual,
 	KindReplay: storage.ClaimReplay}
-
-func (r Request) mode() storage.ClaimMode { return claimModes[r.kind()] }
 
 // Attempt makes one attempt of a delivery. It returns *RetryAt when the
 // queue should come back later (the schedule, a Retry-After, an endpoint
@@ -164,7 +154,7 @@ func (d *Deliverer) attempt(ctx context.Context, r Request) (Result, error) {
 	auto := r.kind() == KindAuto
 	rateChecked := false
 	// The endpoint's cap counts requests in flight: a slot is held from
-	// acquire (or await) until the response is in.
+	// acquire until the response is in.
 	var slot endpointSlot
 	defer slot.release()
 	admitted := false
@@ -176,7 +166,7 @@ func (d *Deliverer) attempt(ctx context.Context, r Request) (Result, error) {
 	switch {
 	case r.EndpointID == "":
 	case r.Replay:
-		if !d.gate.await(ctx, r.EndpointID) {
+		if !d.gate.acquire(ctx, r.EndpointID, false) {
 			return Result{}, ctx.Err()
 		}
 		slot = endpointSlot{gate: d.gate, ep: r.EndpointID}
@@ -185,14 +175,14 @@ func (d *Deliverer) attempt(ctx context.Context, r Request) (Result, error) {
 			return Result{}, d.holder.hold(ctx, r.EndpointID, r.DeliveryID, webhookd.WaitingEndpointBusy)
 		}
 		admitted = true
-		if rate, ok := d.gate.rate(r.EndpointID); ok && auto { // known from an earlier claim: no database work if held back
+		if rate := d.gate.rate(r.EndpointID); rate > 0 && auto { // known from an earlier claim: no database work if held back
 			rateChecked = true
 			if _, ok := d.allowed(ctx, r.EndpointID, rate); !ok {
 				return Result{}, d.holder.hold(ctx, r.EndpointID, r.DeliveryID, webhookd.WaitingRateLimit)
 			}
 		}
 	}
-	l, err := d.claim(ctx, r, storage.Claim{DeliveryID: r.DeliveryID, Token: storage.NewRequestID(), Mode: r.mode(),
+	l, err := d.claim(ctx, r, storage.Claim{DeliveryID: r.DeliveryID, Token: storage.NewRequestID(), Mode: claimModes[r.kind()],
 		RequestID: r.RequestID, Worker: d.worker})
 	if err != nil {
 		return Result{}, err
@@ -238,7 +228,7 @@ func (d *Deliverer) attempt(ctx context.Context, r Request) (Result, error) {
 			return d.holdLeased(ctx, r, &l, now, webhookd.WaitingEndpointBusy)
 		}
 		admitted = false // acquire ends the admission either way
-		if !d.gate.acquire(ctx, del.EndpointID) {
+		if !d.gate.acquire(ctx, del.EndpointID, true) {
 			return d.holdLeased(ctx, r, &l, now, webhookd.WaitingEndpointBusy)
 		}
 		slot = endpointSlot{gate: d.gate, ep: del.EndpointID}
@@ -303,9 +293,7 @@ func (d *Deliverer) send(ctx context.Context, r Request, l *storage.Lease, slot 
 	slot.release()
 	end := d.clock.Now()
 	out := Classify(end, l.AutoAttempts+1, d.schedule, resp)
-	t := transition(del.Status, del.NextAttemptAt, !auto, out, r.By, end)
-	t.ManualDone = r.mode() == storage.ClaimManual
-	t.Auto = auto
+	t := transition(del.Status, del.NextAttemptAt, r, out, end)
 	endAttempt(span, a, resp, t.Status)
 	res, err := d.finish(ctx, r, l, &a, t)
 	if err != nil || !res.Attempted {
@@ -313,7 +301,7 @@ func (d *Deliverer) send(ctx context.Context, r Request, l *storage.Lease, slot 
 	}
 	d.metrics.observe(a, t.Status)
 	if l.SecretErr == nil {
-		d.countForBreaker(ctx, l, resp, end, probe)
+		d.countForBreaker(ctx, l, slot.sig, end, probe)
 	}
 	d.log.InfoContext(spanCtx, "delivery attempt", "delivery_id", del.ID, "event_id", del.EventID, "endpoint_id", del.EndpointID,
 		"attempt", a.Number, "trigger", trigger, "request_id", a.RequestID, "status_code", orNil(a.StatusCode),
@@ -357,8 +345,8 @@ func (d *Deliverer) finish(ctx context.Context, r Request, l *storage.Lease, a *
 func (d *Deliverer) wait(ctx context.Context, r Request, l *storage.Lease, act Action) (Result, error) {
 	del := l.Delivery
 	switch {
-	case !l.Held:
-		return Result{Status: del.Status, HeldFor: del.EndpointID}, d.holder.waitTurn(ctx, del.EndpointID, r.taskID())
+	case !l.Held: // only an automatic attempt waits unclaimed (Decide)
+		return Result{Status: del.Status, HeldFor: del.EndpointID}, d.holder.waitTurn(ctx, r.DeliveryID)
 	case act.Served:
 		at := act.At
 		t := storage.Transition{Status: del.Status, NextAttemptAt: &at, ManualDone: true, Waiting: webhookd.WaitingFIFOTurn, Now: act.At}
@@ -420,12 +408,18 @@ func (d *Deliverer) holdLeased(ctx context.Context, r Request, l *storage.Lease,
 	case r.Replay: // no task to park: Replay waits for the endpoint's room
 		return res, &RetryAt{At: at, Reason: "held back: " + reason}
 	case r.Manual:
-		return res, d.holder.holdManual()
+		// Its redelivery request stays recorded in PostgreSQL, and its
+		// task looks again shortly: a person's attempts are few, not worth
+		// a wait of their own.
+		return res, &RetryAt{At: d.clock.Now().Add(manualLook), Reason: "held back: " + webhookd.WaitingEndpointBusy}
 	case reason != webhookd.WaitingCircuitOpen:
 		d.holder.remember(ep)
 	}
 	return res, &RetryAt{At: at, Reason: "held back: " + reason}
 }
+
+// manualLook is how soon a manual attempt that found no room looks again.
+const manualLook = 500 * time.Millisecond
 
 // record records an attempt, trying again for a while when PostgreSQL
 // cannot be reached (a restart, a dropped connection): a request that was
@@ -457,9 +451,7 @@ func (d *Deliverer) record(ctx context.Context, r storage.Record) (bool, error) 
 // is the reconciler's.
 func (d *Deliverer) recordAttempts(ctx context.Context, rs []storage.Record) ([]bool, error) {
 	applied, ds, err := d.db.RecordAttempts(ctx, rs)
-	if len(ds) > 0 {
-		_ = d.holder.queue.Enqueue(context.WithoutCancel(ctx), ds...)
-	}
+	_ = d.holder.queue.Enqueue(context.WithoutCancel(ctx), ds...)
 	return applied, err
 }
 
@@ -492,9 +484,7 @@ func (d *Deliverer) Replay(ctx context.Context, deliveryID, by string) (bool, er
 			d.metrics.replayed(res.Succeeded || res.Skipped, err)
 			return res.Succeeded || res.Skipped, err
 		}
-		if res.HeldFor != "" {
-			ep = res.HeldFor
-		}
+		ep = cmp.Or(res.HeldFor, ep)
 		t := time.NewTimer(min(max(time.Until(ra.At), 50*time.Millisecond), time.Second))
 		select {
 		case <-ctx.Done():
@@ -505,19 +495,22 @@ func (d *Deliverer) Replay(ctx context.Context, deliveryID, by string) (bool, er
 	}
 }
 
-// transition decides the delivery's next state. Automatic attempts follow
-// the outcome table. A manual attempt never schedules anything: success
-// makes the delivery succeeded (a dead letter is then marked replayed by
-// by); failure leaves a dead letter dead and a succeeded delivery
-// succeeded, and a waiting delivery keeps its schedule (next, the time of
-// its automatic attempt, which its live task keeps too).
-func transition(prev string, next *time.Time, manual bool, out Outcome, by string, now time.Time) storage.Transition {
-	t := storage.Transition{Status: out.Status, DeadLetterReason: out.Reason, DisableEndpoint: out.DisableEndpoint, Now: now}
+// transition decides the delivery's next state after r's attempt.
+// Automatic attempts follow the outcome table. A manual attempt or replay
+// never schedules anything: success makes the delivery succeeded (a dead
+// letter is then marked replayed by r.By); failure leaves a dead letter
+// dead and a succeeded delivery succeeded, and a waiting delivery keeps its
+// schedule (next, the time of its automatic attempt, which its live task
+// keeps too). A manual attempt's redelivery request is served either way.
+func transition(prev string, next *time.Time, r Request, out Outcome, now time.Time) storage.Transition {
+	k := r.kind()
+	t := storage.Transition{Status: out.Status, DeadLetterReason: out.Reason, DisableEndpoint: out.DisableEndpoint, Now: now,
+		Auto: k == KindAuto, ManualDone: k == KindManual}
 	if out.Status == webhookd.DeliveryRetrying {
 		next := out.NextAttemptAt
 		t.NextAttemptAt = &next
 	}
-	if !manual {
+	if k == KindAuto {
 		return t
 	}
 	t.DeadLetterReason = ""
@@ -525,7 +518,7 @@ func transition(prev string, next *time.Time, manual bool, out Outcome, by strin
 	case out.Status == webhookd.DeliverySucceeded:
 		t.Status, t.NextAttemptAt = webhookd.DeliverySucceeded, nil
 		if prev == webhookd.DeliveryDeadLetter {
-			t.ReplayedBy = by
+			t.ReplayedBy = r.By
 		}
 	case prev == webhookd.DeliveryPending || prev == webhookd.DeliveryRetrying:
 		t.Status, t.NextAttemptAt = webhookd.DeliveryRetrying, next // failed at least once now; the schedule stands
@@ -580,6 +573,15 @@ func (d *Deliverer) request(ctx context.Context, l *storage.Lease, trigger strin
 func orNil[T any](p *T) any {
 	if p == nil {
 		return nil
+	}
+	return *p
+}
+
+// deref is what p points at, or T's zero value.
+func deref[T any](p *T) T {
+	if p == nil {
+		var zero T
+		return zero
 	}
 	return *p
 }

@@ -31,7 +31,7 @@ import (
 
 // waitTurn holds back delivery id, which is not the head of its endpoint's
 // queue, until passTurn or the reconciler wakes it.
-func (h *holder) waitTurn(ctx context.Context, ep, id string) error {
+func (h *holder) waitTurn(ctx context.Context, id string) error {
 	if _, err := h.holds.Do(context.WithoutCancel(ctx), storage.Hold{DeliveryID: id, Reason: webhookd.WaitingFIFOTurn}); err != nil {
 		return &RetryAt{At: h.clock.Now().Add(time.Second), Reason: webhookd.WaitingFIFOTurn}
 	}
@@ -145,9 +145,6 @@ func (r *Reconciler) wakeHeads(ctx context.Context, lost bool) {
 	heads, err := r.DB.FIFOHeads(ctx, r.Clock.Now().Add(-r.grace()))
 	if err != nil {
 		r.Logger.Warn("reconciler: reading the heads of ordered queues failed", "err", err)
-		return
-	}
-	if len(heads) == 0 {
 		return
 	}
 	_, taken, err := r.Queue.offer(ctx, heads, true)

@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"cmp"
 	"context"
 	"sync"
 	"time"
@@ -94,45 +95,22 @@ func (g *gate) useLocked(ep string, now time.Time) *endpointState {
 	return s
 }
 
-// ceilingOf is s's max_in_flight.
-func ceilingOf(s *endpointState) int {
-	if s.cap > 0 {
-		return s.cap
-	}
-	return webhookd.DefaultMaxInFlight
-}
+// ceilingOf is s's max_in_flight (PostgreSQL keeps one between 1 and
+// 1000), or webhookd.DefaultMaxInFlight.
+func ceilingOf(s *endpointState) int { return cmp.Or(s.cap, webhookd.DefaultMaxInFlight) }
 
 // rollLocked starts a new round trip of s's counts (attempts turned away,
 // most in flight) if the last one ended by now. A round trip is the
-// endpoint's request time, and at least the gate's wait.
+// endpoint's request time (0 until one was measured), and at least the
+// gate's wait.
 func (g *gate) rollLocked(s *endpointState, now time.Time) {
-	rtt := g.wait
-	if s.measured {
-		rtt = max(rtt, s.latency)
-	}
+	rtt := max(g.wait, s.latency)
 	switch since := now.Sub(s.tripAt); {
 	case since >= 2*rtt:
 		s.turned, s.turnedPrev, s.busy, s.busyPrev, s.tripAt = 0, 0, s.inFlight, 0, now
 	case since >= rtt:
 		s.turned, s.turnedPrev, s.busy, s.busyPrev, s.tripAt = 0, s.turned, s.inFlight, s.busy, now
 	}
-}
-
-// busyLocked is the most requests of s in flight lately (in this round
-// trip or the last): what a request that ends now was sent among, as
-// near as the gate can tell without following each one.
-func (g *gate) busyLocked(s *endpointState, now time.Time) int {
-	g.rollLocked(s, now)
-	return max(s.inFlight, s.busy, s.busyPrev)
-}
-
-// waitingLocked is how many of s's deliveries wait for room, as far as the
-// gate can tell at now: the attempts admitted to wait for a slot, and as
-// many as were turned away in a round trip lately (those held back in
-// PostgreSQL, whose count is not this process's to keep).
-func (g *gate) waitingLocked(s *endpointState, now time.Time) int {
-	g.rollLocked(s, now)
-	return s.admitted + max(s.turned, s.turnedPrev)
 }
 
 // capOf is s's limit now.
@@ -166,72 +144,51 @@ func (g *gate) admit(ep string) bool {
 	return true
 }
 
-// acquire takes a slot of ep for an admitted attempt, waiting up to the
-// gate's wait; false means none freed in time.
-func (g *gate) acquire(ctx context.Context, ep string) bool {
-	timer := time.NewTimer(g.wait)
-	defer timer.Stop()
+// acquire takes a slot of ep as soon as one frees. An admitted attempt
+// (admit) waits up to the gate's wait, and its admission ends either way;
+// one that waits in a goroutine of its own rather than a worker slot (a
+// replay job's: admitted false) waits as long as ctx allows. False: no
+// slot freed in time.
+func (g *gate) acquire(ctx context.Context, ep string, admitted bool) bool {
+	var expired <-chan time.Time // never, unless admitted
+	if admitted {
+		timer := time.NewTimer(g.wait)
+		defer timer.Stop()
+		expired = timer.C
+	}
 	for {
 		g.mu.Lock()
 		now := g.now()
 		s := g.useLocked(ep, now)
 		if s.inFlight < g.capOf(s) {
-			g.takeLocked(s, now)
-			s.admitted--
+			if s.inFlight == 0 {
+				s.lastFree = now // a busy spell starts
+			}
+			s.inFlight++
+			g.rollLocked(s, now)
+			s.busy = max(s.busy, s.inFlight)
+			if admitted {
+				s.admitted--
+			}
 			g.mu.Unlock()
 			return true
 		}
-		ch := s.freesLocked()
+		if s.frees == nil { // closed when a slot frees next
+			s.frees = make(chan struct{})
+		}
+		ch := s.frees
 		g.mu.Unlock()
 		select {
 		case <-ch:
 			continue
-		case <-timer.C:
+		case <-expired:
 		case <-ctx.Done():
 		}
-		g.unadmit(ep)
+		if admitted {
+			g.unadmit(ep)
+		}
 		return false
 	}
-}
-
-// await takes a slot of ep for an attempt that waits in a goroutine of its
-// own rather than a worker slot (a replay job's): it waits as long as ctx
-// allows, and takes a slot as soon as one frees. False: ctx ended first.
-func (g *gate) await(ctx context.Context, ep string) bool {
-	for {
-		g.mu.Lock()
-		now := g.now()
-		s := g.useLocked(ep, now)
-		if s.inFlight < g.capOf(s) {
-			g.takeLocked(s, now)
-			g.mu.Unlock()
-			return true
-		}
-		ch := s.freesLocked()
-		g.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return false
-		}
-	}
-}
-
-func (g *gate) takeLocked(s *endpointState, now time.Time) {
-	if s.inFlight == 0 {
-		s.lastFree = now // a busy spell starts
-	}
-	s.inFlight++
-	g.rollLocked(s, now)
-	s.busy = max(s.busy, s.inFlight)
-}
-
-// freesLocked returns the channel closed when a slot frees next.
-func (s *endpointState) freesLocked() chan struct{} {
-	if s.frees == nil {
-		s.frees = make(chan struct{})
-	}
-	return s.frees
 }
 
 // unadmit ends an admission that never got to acquire.
@@ -249,18 +206,24 @@ func (g *gate) release(ep string, took time.Duration, sig signal) {
 	now := g.now()
 	s := g.useLocked(ep, now)
 	if took >= 0 {
-		w := g.waitingLocked(s, now)
-		s.lim.observe(now, sig, took, g.busyLocked(s, now), w, ceilingOf(s))
+		// What the request was sent among, as near as the gate can tell
+		// without following each one: the most requests in flight lately
+		// (in this round trip or the last). And how many deliveries wait for
+		// room: the attempts admitted to wait for a slot, and as many as were
+		// turned away in a round trip lately (those held back in PostgreSQL,
+		// whose count is not this process's to keep).
+		g.rollLocked(s, now)
+		busy := max(s.inFlight, s.busy, s.busyPrev)
+		waiting := s.admitted + max(s.turned, s.turnedPrev)
+		s.lim.observe(now, sig, took, busy, waiting, ceilingOf(s))
+		if s.measured {
+			s.latency = (7*s.latency + took) / 8
+		} else {
+			s.latency, s.measured = took, true
+		}
 	}
 	s.inFlight--
 	s.lastFree = now
-	switch {
-	case took < 0:
-	case s.measured:
-		s.latency = (7*s.latency + took) / 8
-	default:
-		s.latency, s.measured = took, true
-	}
 	if s.frees != nil {
 		close(s.frees)
 		s.frees = nil
@@ -289,23 +252,17 @@ func (g *gate) learn(ep string, maxInFlight, rate *int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	s := g.useLocked(ep, g.now())
-	s.cap, s.rate = 0, 0
-	if maxInFlight != nil {
-		s.cap = *maxInFlight
-	}
-	if rate != nil {
-		s.rate = *rate
-	}
+	s.cap, s.rate = deref(maxInFlight), deref(rate)
 }
 
-// rate is ep's rate_limit_per_second, if one is known.
-func (g *gate) rate(ep string) (int, bool) {
+// rate is ep's rate_limit_per_second, if one is known; else 0.
+func (g *gate) rate(ep string) int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if s, ok := g.eps[ep]; ok && s.rate > 0 {
-		return s.rate, true
+	if s, ok := g.eps[ep]; ok {
+		return s.rate
 	}
-	return 0, false
+	return 0
 }
 
 // loads reports the limit and requests in flight of the endpoints in

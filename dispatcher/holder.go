@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"sync"
 	"time"
 
@@ -70,17 +71,6 @@ func (h *holder) hold(ctx context.Context, ep, id, reason string) error {
 	return &RetryAt{At: until, Reason: "held back: " + reason}
 }
 
-// holdManual holds back a manual attempt (task id: its request id) that
-// found no room: its request stays recorded in PostgreSQL, and its task
-// looks again shortly. Manual attempts are a person's, few, so they are
-// not worth a wait of their own.
-func (h *holder) holdManual() error {
-	return &RetryAt{At: h.clock.Now().Add(manualLook), Reason: "held back: " + webhookd.WaitingEndpointBusy}
-}
-
-// manualLook is how soon a manual attempt that found no room looks again.
-const manualLook = 500 * time.Millisecond
-
 // remember notes that ep may have held deliveries, so a slot freed there
 // wakes them.
 func (h *holder) remember(ep string) {
@@ -105,7 +95,7 @@ func (h *holder) holding(loads map[string]storage.EndpointLoad) {
 
 // Start wakes held deliveries when a slot frees and every interval.
 func (h *holder) Start(ctx context.Context) {
-	h.start(ctx, h.interval, func(ctx context.Context) { h.pass(ctx) })
+	h.start(ctx, h.interval, h.pass)
 	stop := h.loop.stop
 	h.done.Go(func() {
 		for {
@@ -163,10 +153,7 @@ func (h *holder) freedSoon(first string) map[string]struct{} {
 // of, and forgets those with none left.
 func (h *holder) pass(ctx context.Context) {
 	h.mu.Lock()
-	eps := make(map[string]uint64, len(h.known))
-	for ep, holds := range h.known {
-		eps[ep] = holds
-	}
+	eps := maps.Clone(h.known)
 	h.mu.Unlock()
 	for ep, holds := range eps {
 		n := h.room(ep)
@@ -190,7 +177,7 @@ func (h *holder) pass(ctx context.Context) {
 // and no more than its rate allows per interval.
 func (h *holder) room(ep string) int {
 	n := h.gate.free(ep)
-	if r, ok := h.gate.rate(ep); ok {
+	if r := h.gate.rate(ep); r > 0 {
 		n = min(n, max(1, int(float64(r)*h.interval.Seconds())))
 	}
 	return n

@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -45,10 +46,7 @@ func NewInspector(db *storage.DB, clock webhookd.Clock, log *slog.Logger, tc tra
 	if clock == nil {
 		clock = webhookd.SystemClock{}
 	}
-	if log == nil {
-		log = slog.Default()
-	}
-	return &Inspector{db: db, clock: clock, log: log, transforms: transform.NewEngine(tc)}
+	return &Inspector{db: db, clock: clock, log: cmp.Or(log, slog.Default()), transforms: transform.NewEngine(tc)}
 }
 
 // inspectorTimeout bounds one inspector attempt, every phase of it.
@@ -96,16 +94,13 @@ func (in *Inspector) transformed(ctx context.Context, l *storage.Lease) (*transf
 	if l.Endpoint.Transformation == nil || l.SecretErr != nil {
 		return nil, ""
 	}
-	w, err := transform.WebhookOf(l.Endpoint.URL, l.Event)
-	if err == nil {
-		var out transform.Result
-		if out, err = in.transforms.Run(ctx, "inspector:"+l.Delivery.EndpointID, *l.Endpoint.Transformation, w); err == nil {
-			if out.Cancel {
-				return nil, "not sent: the endpoint's transformation canceled the delivery"
-			}
-			out.URL = l.Endpoint.URL // the bin's
-			return &out, ""
-		}
+	out, err := runTransformation(ctx, in.transforms, "inspector:"+l.Delivery.EndpointID, l)
+	switch {
+	case err != nil:
+		return nil, wire.StorableText(err.Error(), wire.MaxResponseBody)
+	case out.Cancel:
+		return nil, "not sent: the endpoint's transformation canceled the delivery"
 	}
-	return nil, wire.StorableText(err.Error(), wire.MaxResponseBody)
+	out.URL = l.Endpoint.URL // the bin's
+	return &out, ""
 }

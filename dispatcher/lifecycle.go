@@ -15,19 +15,6 @@ var DefaultCircuit = storage.CircuitConfig{After: 10,
 	Probes:       []time.Duration{30 * time.Second, time.Minute, 2 * time.Minute, 5 * time.Minute, 10 * time.Minute},
 	DisableAfter: 120 * time.Hour}
 
-// breakerOutcome says how an attempt counts for its endpoint's breaker:
-// ok (2xx), failed (5xx, a timeout, a connect error), or not at all
-// (3xx, 4xx: the receiver is there).
-func breakerOutcome(r Response) (counts, ok bool) {
-	switch c := r.StatusCode; {
-	case r.Err != nil, c >= 500:
-		return true, false
-	case c >= 200 && c < 300:
-		return true, true
-	}
-	return false, false
-}
-
 // circuitWait is how long an automatic attempt held by its endpoint's
 // circuit waits: Decide's wait, for a circuit this process learnt open
 // after the claim read it closed.
@@ -67,9 +54,13 @@ func (d *Deliverer) takeProbe(ctx context.Context, r Request, l *storage.Lease, 
 // closed), and tells of what changed: operational events, a log line, and,
 // once closed, the held deliveries made due and woken at once. probe: the
 // attempt took the circuit's probe, so its failure moves the next probe
-// along (the failures of attempts already in flight do not).
-func (d *Deliverer) countForBreaker(ctx context.Context, l *storage.Lease, resp Response, at time.Time, probe bool) {
-	counts, ok := breakerOutcome(resp)
+// along (the failures of attempts already in flight do not). sig is what
+// its response said: a 2xx counts as ok, a 5xx, a timeout or a connect
+// error as failed, and a 3xx or 4xx (429 too: the receiver is there) not
+// at all.
+func (d *Deliverer) countForBreaker(ctx context.Context, l *storage.Lease, sig signal, at time.Time, probe bool) {
+	ok := sig == signalOK
+	counts := ok || sig == signalServerError || sig == signalTimeout
 	if !counts || d.circuit.After <= 0 && d.circuit.DisableAfter <= 0 ||
 		ok && l.Failures == 0 && l.Endpoint.Circuit == webhookd.CircuitClosed {
 		return
@@ -93,11 +84,9 @@ func (d *Deliverer) countForBreaker(ctx context.Context, l *storage.Lease, resp 
 }
 
 func (d *Deliverer) circuitChanged(ctx context.Context, c storage.CircuitChange) {
-	// ApplyCircuit wrote the change's operational events with it; a
-	// delivery of theirs that misses the queue is the reconciler's.
-	if len(c.Deliveries) > 0 {
-		_ = d.holder.queue.Enqueue(context.WithoutCancel(ctx), c.Deliveries...)
-	}
+	// ApplyCircuit wrote the change's operational events with it (if any);
+	// a delivery of theirs that misses the queue is the reconciler's.
+	_ = d.holder.queue.Enqueue(context.WithoutCancel(ctx), c.Deliveries...)
 	switch {
 	case c.To == webhookd.CircuitClosed && c.From != webhookd.CircuitClosed:
 		d.log.Info("endpoint circuit closed", "endpoint_id", c.EndpointID)

@@ -5,9 +5,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/storage"
@@ -34,11 +32,15 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	counter := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+	}
+	counterVec := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+	}
 	m := &metrics{
-		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "webhookd_delivery_attempts_total",
-			Help: "Delivery attempts by trigger, HTTP status class and resulting delivery status.",
-		}, []string{"trigger", "code", "outcome"}),
+		attempts: counterVec("webhookd_delivery_attempts_total",
+			"Delivery attempts by trigger, HTTP status class and resulting delivery status.", "trigger", "code", "outcome"),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "webhookd_delivery_attempt_duration_seconds",
 			Help:    "Time from sending a delivery to reading its response.",
@@ -49,39 +51,23 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Time one reconciler pass took (in the process that ran it).",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}),
-		offered: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "webhookd_reconciler_offered_total",
-			Help: "Due deliveries the reconciler offered to the queue (most were still queued; a rise after a Redis loss is the rebuild).",
-		}),
-		held: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "webhookd_deliveries_held_back_total",
-			Help: "Deliveries held back without an attempt, by reason: the endpoint at its in-flight cap, or over its rate limit.",
-		}, []string{"reason"}),
-		probes: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "webhookd_circuit_probes_total",
-			Help: "Automatic attempts made as the probe of an endpoint's open circuit.",
-		}),
-		circuits: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "webhookd_circuit_transitions_total",
-			Help: "Endpoint circuits opened and closed, and endpoints disabled for failing, by this worker.",
-		}, []string{"transition"}),
+		offered: counter("webhookd_reconciler_offered_total",
+			"Due deliveries the reconciler offered to the queue (most were still queued; a rise after a Redis loss is the rebuild)."),
+		held: counterVec("webhookd_deliveries_held_back_total",
+			"Deliveries held back without an attempt, by reason: the endpoint at its in-flight cap, or over its rate limit.", "reason"),
+		probes: counter("webhookd_circuit_probes_total", "Automatic attempts made as the probe of an endpoint's open circuit."),
+		circuits: counterVec("webhookd_circuit_transitions_total",
+			"Endpoint circuits opened and closed, and endpoints disabled for failing, by this worker.", "transition"),
 		groups: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "webhookd_group_commit_size",
 			Help:    "Claims or records written together in one statement and commit.",
 			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},
 		}, []string{"kind"}),
-		reenqueued: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "webhookd_reconciler_reenqueued_total",
-			Help: "Due deliveries the reconciler found without a task and enqueued again (a rise means tasks were lost from Redis).",
-		}),
-		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "webhookd_dead_letters_total",
-			Help: "Deliveries that became dead letters, by reason.",
-		}, []string{"reason"}),
-		replays: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "webhookd_dead_letter_replays_total",
-			Help: "Dead letters replayed by background jobs, by result (succeeded, failed).",
-		}, []string{"result"}),
+		reenqueued: counter("webhookd_reconciler_reenqueued_total",
+			"Due deliveries the reconciler found without a task and enqueued again (a rise means tasks were lost from Redis)."),
+		deadLetters: counterVec("webhookd_dead_letters_total", "Deliveries that became dead letters, by reason.", "reason"),
+		replays: counterVec("webhookd_dead_letter_replays_total",
+			"Dead letters replayed by background jobs, by result (succeeded, failed).", "result"),
 	}
 	for _, reason := range webhookd.DeadLetterReasons {
 		m.deadLetters.WithLabelValues(reason) // every series from the start, so rate() sees the first one
@@ -153,11 +139,9 @@ func newBacklogCollector(db *storage.DB, clock webhookd.Clock) *backlogCollector
 }
 
 func (c *backlogCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- c.oldest
-	ch <- c.jobs
-	ch <- c.remain
-	ch <- c.circuits
-	ch <- c.openFor
+	for _, d := range []*prometheus.Desc{c.oldest, c.jobs, c.remain, c.circuits, c.openFor} {
+		ch <- d
+	}
 }
 
 func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
@@ -187,23 +171,22 @@ func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.openFor, prometheus.GaugeValue, openFor)
 }
 
-// queueCollector reports the asynq queue's size by task state at each
-// scrape (nothing when Redis cannot be reached).
+// queueCollector reports the size of q's asynq queue by task state at
+// each scrape (nothing when Redis cannot be reached).
 type queueCollector struct {
-	inspector *asynq.Inspector
-	queue     string
-	desc      *prometheus.Desc
+	q    *Queue
+	desc *prometheus.Desc
 }
 
-func newQueueCollector(rdb redis.UniversalClient, queue string) *queueCollector {
-	return &queueCollector{inspector: asynq.NewInspectorFromRedisClient(rdb), queue: queue,
+func newQueueCollector(q *Queue) *queueCollector {
+	return &queueCollector{q: q,
 		desc: prometheus.NewDesc("webhookd_queue_tasks", "Tasks in the asynq queue by state.", []string{"state"}, nil)}
 }
 
 func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
 func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
-	info, err := c.inspector.GetQueueInfo(c.queue)
+	info, err := c.q.inspector.GetQueueInfo(c.q.queue)
 	if err != nil {
 		return
 	}

@@ -47,32 +47,24 @@ func Classify(now time.Time, attempt int, schedule Schedule, r Response) Outcome
 		}
 		return retry(now, attempt, schedule, nil)
 	case code >= 300 && code <= 399:
-		return deadLetter(webhookd.ReasonRedirect)
+		return Outcome{Status: webhookd.DeliveryDeadLetter, Reason: webhookd.ReasonRedirect}
 	case code >= 400 && code <= 499:
-		out := deadLetter(webhookd.ReasonClientError)
-		out.DisableEndpoint = code == http.StatusGone
-		return out
+		return Outcome{Status: webhookd.DeliveryDeadLetter, Reason: webhookd.ReasonClientError, DisableEndpoint: code == http.StatusGone}
 	default: // 5xx, 1xx and anything odd
 		return retry(now, attempt, schedule, nil)
 	}
 }
 
 // retry schedules the next attempt after delay, or after the schedule's
-// delay when delay is nil, unless the attempts are used up.
+// delay when delay is nil, unless the attempts are used up (the schedule
+// has no delay after attempt: attempt >= schedule.MaxAttempts()).
 func retry(now time.Time, attempt int, schedule Schedule, delay *time.Duration) Outcome {
-	if attempt >= schedule.MaxAttempts() {
-		return deadLetter(webhookd.ReasonExhausted)
-	}
 	d, ok := schedule.Delay(attempt)
 	if !ok {
-		return deadLetter(webhookd.ReasonExhausted)
+		return Outcome{Status: webhookd.DeliveryDeadLetter, Reason: webhookd.ReasonExhausted}
 	}
 	if delay != nil {
 		d = *delay
 	}
 	return Outcome{Status: webhookd.DeliveryRetrying, NextAttemptAt: now.Add(d)}
-}
-
-func deadLetter(reason string) Outcome {
-	return Outcome{Status: webhookd.DeliveryDeadLetter, Reason: reason}
 }

@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"time"
@@ -27,12 +28,8 @@ type Retention struct {
 
 // Start runs a pass at once and then every Interval until Stop or ctx ends.
 func (r *Retention) Start(ctx context.Context) {
-	if r.Keep == 0 {
-		r.Keep = 336 * time.Hour
-	}
-	if r.Interval == 0 {
-		r.Interval = time.Hour
-	}
+	r.Keep = cmp.Or(r.Keep, 336*time.Hour)
+	r.Interval = cmp.Or(r.Interval, time.Hour)
 	ctx, r.cancel = context.WithCancel(ctx) // Stop ends a long pass between two statements
 	r.start(ctx, r.Interval, func(ctx context.Context) {
 		if _, p, err := r.RunOnce(ctx); err != nil && ctx.Err() == nil {
@@ -57,7 +54,6 @@ func (r *Retention) Stop() {
 func (r *Retention) RunOnce(ctx context.Context) (ran bool, p storage.Purged, err error) {
 	ran, err = r.DB.AsLeader(ctx, "retention", func(ctx context.Context) error {
 		now := r.Clock.Now()
-		var err error
 		p, err = r.DB.Store().Purge(ctx, now.Add(-r.Keep), now, r.Batch)
 		return err
 	})

@@ -34,14 +34,14 @@ func (d *Deliverer) transformed(ctx context.Context, r Request, l *storage.Lease
 	del := l.Delivery
 	// The budget bounds the run; a task's end (a shutdown) must not
 	// interrupt it and dead-letter the delivery for webhookd's own reason.
-	out, terr := d.runTransformation(context.WithoutCancel(ctx), l)
+	out, terr := runTransformation(context.WithoutCancel(ctx), d.transforms, l.Delivery.EndpointID, l)
 	if terr == nil && !out.Cancel {
 		return &out, Result{}, nil, true
 	}
 	slot.release() // nothing was sent: it says nothing of the endpoint
 	auto, now := r.kind() == KindAuto, d.clock.Now()
 	if terr == nil {
-		t := storage.Transition{Status: webhookd.DeliveryCanceled, ManualDone: r.mode() == storage.ClaimManual, Now: now}
+		t := storage.Transition{Status: webhookd.DeliveryCanceled, ManualDone: r.kind() == KindManual, Now: now}
 		if del.Status != webhookd.DeliveryPending && del.Status != webhookd.DeliveryRetrying {
 			t.Status = del.Status
 		}
@@ -57,10 +57,8 @@ func (d *Deliverer) transformed(ctx context.Context, r Request, l *storage.Lease
 	msg := wire.StorableText(terr.Error(), wire.MaxResponseBody)
 	a := webhookd.Attempt{DeliveryID: del.ID, Number: del.AttemptsCount + 1, RequestID: l.Token, URL: l.Endpoint.URL,
 		Trigger: trigger, StartedAt: now, Error: &msg, RequestHeaders: map[string]string{}, ResponseHeaders: map[string]string{}}
-	t := transition(del.Status, del.NextAttemptAt, !auto,
-		Outcome{Status: webhookd.DeliveryDeadLetter, Reason: webhookd.ReasonTransformationFailed}, r.By, now)
-	t.ManualDone = r.mode() == storage.ClaimManual
-	t.Auto = auto
+	t := transition(del.Status, del.NextAttemptAt, r,
+		Outcome{Status: webhookd.DeliveryDeadLetter, Reason: webhookd.ReasonTransformationFailed}, now)
 	res, err = d.finish(ctx, r, l, &a, t)
 	if err != nil || !res.Attempted {
 		return nil, res, err, false
@@ -72,17 +70,17 @@ func (d *Deliverer) transformed(ctx context.Context, r Request, l *storage.Lease
 	return nil, res, nil, false
 }
 
-// runTransformation runs l's endpoint's transformation on the request its
-// delivery would be sent as. The URL it returns has the endpoint's host
-// and passes the API's check of an endpoint URL (the engine sees to both);
-// the request then goes through the same client, whose dial-time guard
-// checks the address the host resolves to, as for any delivery.
-func (d *Deliverer) runTransformation(ctx context.Context, l *storage.Lease) (transform.Result, error) {
+// runTransformation runs l's endpoint's transformation, in e's runtimes
+// for key, on the request its delivery would be sent as. The URL it
+// returns has the endpoint's host and passes the API's check of an
+// endpoint URL (the engine sees to both); the request then goes through
+// the same client, whose dial-time guard checks the address the host
+// resolves to, as for any delivery. The engine keeps one pool of runtimes
+// per key (an endpoint's) and replaces it when the key's source changes.
+func runTransformation(ctx context.Context, e *transform.Engine, key string, l *storage.Lease) (transform.Result, error) {
 	w, err := transform.WebhookOf(l.Endpoint.URL, l.Event)
 	if err != nil {
 		return transform.Result{}, err
 	}
-	// Keyed by endpoint: the engine keeps one pool of runtimes per key and
-	// replaces it when the key's source changes.
-	return d.transforms.Run(ctx, l.Delivery.EndpointID, *l.Endpoint.Transformation, w)
+	return e.Run(ctx, key, *l.Endpoint.Transformation, w)
 }

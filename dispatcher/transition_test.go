@@ -40,7 +40,7 @@ func TestTransition(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got := transition(c.prev, &due, c.manual, c.out, "ops", now)
+			got := transition(c.prev, &due, Request{Manual: c.manual, By: "ops"}, c.out, now)
 			if got.Status != c.status || got.DeadLetterReason != c.reason || got.ReplayedBy != c.replayed ||
 				got.DisableEndpoint != c.disable || (got.NextAttemptAt == nil) != (c.next == nil) ||
 				(c.next != nil && !got.NextAttemptAt.Equal(*c.next)) {

@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -96,55 +97,29 @@ type Config struct {
 
 // WithDefaults fills zero values.
 func (c Config) WithDefaults() Config {
-	if c.Queue == "" {
-		c.Queue = DefaultQueue
-	}
+	c.Queue = cmp.Or(c.Queue, DefaultQueue)
 	if c.Schedule == nil {
 		c.Schedule = DefaultSchedule
 	}
 	c.HTTP = c.HTTP.WithDefaults()
-	if c.Concurrency == 0 {
-		c.Concurrency = 500
-	}
-	if c.EndpointInitialLimit == 0 {
-		c.EndpointInitialLimit = 10
-	}
-	if c.ReconcileInterval == 0 {
-		c.ReconcileInterval = 2 * time.Second
-	}
-	if c.PollInterval == 0 {
-		c.PollInterval = 10 * time.Millisecond
-	}
-	if c.Retention == 0 {
-		c.Retention = 336 * time.Hour
-	}
-	if c.Circuit.After == 0 {
-		c.Circuit.After = DefaultCircuit.After
-	}
+	c.Concurrency = cmp.Or(c.Concurrency, 500)
+	c.EndpointInitialLimit = cmp.Or(c.EndpointInitialLimit, 10)
+	c.ReconcileInterval = cmp.Or(c.ReconcileInterval, 2*time.Second)
+	c.PollInterval = cmp.Or(c.PollInterval, 10*time.Millisecond)
+	c.Retention = cmp.Or(c.Retention, 336*time.Hour)
+	c.Circuit.After = cmp.Or(c.Circuit.After, DefaultCircuit.After)
 	if len(c.Circuit.Probes) == 0 {
 		c.Circuit.Probes = DefaultCircuit.Probes
 	}
-	if c.Circuit.DisableAfter == 0 {
-		c.Circuit.DisableAfter = DefaultCircuit.DisableAfter
-	}
-	if c.RetentionInterval == 0 {
-		c.RetentionInterval = time.Hour
-	}
-	if c.TransformTimeout == 0 {
-		c.TransformTimeout = transform.DefaultBudget
-	}
-	if c.MaxPayloadBytes == 0 {
-		c.MaxPayloadBytes = webhookd.DefaultMaxPayloadBytes
-	}
-	if c.RateLimitPrefix == "" {
-		c.RateLimitPrefix = "webhookd:endpoint-rate:"
-	}
-	if c.Clock == nil {
+	c.Circuit.DisableAfter = cmp.Or(c.Circuit.DisableAfter, DefaultCircuit.DisableAfter)
+	c.RetentionInterval = cmp.Or(c.RetentionInterval, time.Hour)
+	c.TransformTimeout = cmp.Or(c.TransformTimeout, transform.DefaultBudget)
+	c.MaxPayloadBytes = cmp.Or(c.MaxPayloadBytes, webhookd.DefaultMaxPayloadBytes)
+	c.RateLimitPrefix = cmp.Or(c.RateLimitPrefix, "webhookd:endpoint-rate:")
+	if c.Clock == nil { // an interface: cmp.Or would compare its dynamic value
 		c.Clock = webhookd.SystemClock{}
 	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
+	c.Logger = cmp.Or(c.Logger, slog.Default())
 	if c.Metrics == nil {
 		c.Metrics = prometheus.NewRegistry()
 	}
@@ -200,9 +175,7 @@ type Worker struct {
 	Queue      *Queue
 	reconciler *Reconciler
 	retention  *Retention
-	holder     *holder
-	heart      loop      // the heartbeat
-	alive      *liveness // when the heartbeat last landed
+	heart      loop // the heartbeat; Deliverer.alive is when it last landed
 	// attempts are the reconciler's attempts made without a task, on
 	// background, the worker's context: at most cap(slots) at once, the
 	// worker's concurrency, as many as a dead worker may have had in
@@ -230,18 +203,14 @@ func NewWorker(cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := cfg.Metrics.Register(newQueueCollector(cfg.Redis, cfg.Queue)); err != nil {
-		return nil, err
-	}
-	if err := cfg.Metrics.Register(newBacklogCollector(cfg.DB, cfg.Clock)); err != nil {
-		return nil, err
-	}
 	q := NewQueue(cfg.Redis, cfg.Queue, cfg.TaskTimeout())
-	clock := newDBClock(cfg.Clock)
 	g := newGate(cfg.EndpointInitialLimit, 100*time.Millisecond)
-	if err := cfg.Metrics.Register(newLimitCollector(g)); err != nil {
-		return nil, err
+	for _, c := range []prometheus.Collector{newQueueCollector(q), newBacklogCollector(cfg.DB, cfg.Clock), newLimitCollector(g)} {
+		if err := cfg.Metrics.Register(c); err != nil {
+			return nil, err
+		}
 	}
+	clock := &dbClock{base: cfg.Clock}
 	d := &Deliverer{db: cfg.DB, sender: wire.Sender{Client: wire.NewHTTPClient(cfg.HTTP), BodyTimeout: cfg.HTTP.ResponseTimeout,
 		Tracer: cfg.Tracer}, tracer: cfg.Tracer, schedule: cfg.Schedule, clock: clock,
 		log: cfg.Logger, limiter: redis_rate.NewLimiter(cfg.Redis), prefix: cfg.RateLimitPrefix, metrics: m,
@@ -250,7 +219,7 @@ func NewWorker(cfg Config) (*Worker, error) {
 		circuit: storage.CircuitConfig{After: max(cfg.Circuit.After, 0), Probes: cfg.Circuit.Probes,
 			DisableAfter: max(cfg.Circuit.DisableAfter, 0)}, relays: cfg.Relays,
 		transforms: transform.NewEngine(transform.Config{Budget: cfg.TransformTimeout, MaxOutput: int(cfg.MaxPayloadBytes)})}
-	w := &Worker{cfg: cfg, Deliverer: d, Queue: q, holder: d.holder, warm: warm.New(time.Minute), slots: make(chan struct{}, cfg.Concurrency), alive: d.alive,
+	w := &Worker{cfg: cfg, Deliverer: d, Queue: q, warm: warm.New(time.Minute), slots: make(chan struct{}, cfg.Concurrency),
 		quit: make(chan struct{}),
 		reconciler: &Reconciler{DB: cfg.DB, Queue: q, Interval: cfg.ReconcileInterval, Grace: cfg.ReconcileGrace,
 			Clock: clock, Logger: cfg.Logger, Observe: m.observeReconcile, Offered: m.offered.Add, Reenqueued: m.reenqueued.Add},
@@ -294,15 +263,15 @@ func (w *Worker) Start(ctx context.Context) error {
 		c.learn(now, sent)
 	}
 	claimSize, recordSize := d.metrics.groups.WithLabelValues("claim"), d.metrics.groups.WithLabelValues("record")
-	d.claims = newBatcher(256, 1, claimLinger, 30*time.Second, func(ctx context.Context, cs []storage.Claim) ([]storage.Lease, error) {
+	d.claims = newBatcher(256, claimLinger, 30*time.Second, func(ctx context.Context, cs []storage.Claim) ([]storage.Lease, error) {
 		claimSize.Observe(float64(len(cs)))
 		return d.claimNow(ctx, cs)
 	})
-	d.records = newBatcher(256, 1, batchLinger, 30*time.Second, func(ctx context.Context, rs []storage.Record) ([]bool, error) {
+	d.records = newBatcher(256, batchLinger, 30*time.Second, func(ctx context.Context, rs []storage.Record) ([]bool, error) {
 		recordSize.Observe(float64(len(rs)))
 		return d.recordAttempts(ctx, rs)
 	})
-	d.holder.holds = newBatcher(256, 1, batchLinger, 30*time.Second, func(ctx context.Context, hs []storage.Hold) ([]bool, error) {
+	d.holder.holds = newBatcher(256, batchLinger, 30*time.Second, func(ctx context.Context, hs []storage.Hold) ([]bool, error) {
 		return make([]bool, len(hs)), d.db.HoldBack(ctx, d.clock.Now(), hs)
 	})
 	w.background = ctx
@@ -317,7 +286,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.heart.start(ctx, heartbeatInterval, w.beat)
 	w.reconciler.Start(ctx)
 	w.retention.Start(ctx)
-	w.holder.Start(ctx)
+	d.holder.Start(ctx)
 	return nil
 }
 
@@ -327,23 +296,24 @@ const heartbeatInterval = time.Second
 
 // beat records that this worker is alive, with its endpoints' limits and
 // requests in flight for the dashboard, the endpoints it holds deliveries
-// of (for the reconciler), and when it landed (w.alive). A
+// of (for the reconciler), and when it landed (Deliverer.alive). A
 // failure is logged once, until a beat lands again: with beats every
 // second, a log line each would flood the log of a worker cut off from
 // PostgreSQL.
 func (w *Worker) beat(ctx context.Context) {
 	sent := time.Now()
-	loads := w.Deliverer.gate.loads()
-	w.Deliverer.holder.holding(loads)
-	err := w.cfg.DB.Beat(ctx, w.Deliverer.worker, loads)
+	d := w.Deliverer
+	loads := d.gate.loads()
+	d.holder.holding(loads)
+	err := w.cfg.DB.Beat(ctx, d.worker, loads)
 	switch {
 	case err == nil:
-		if w.alive.landed(sent) {
+		if d.alive.landed(sent) {
 			w.cfg.Logger.Info("heartbeats land again")
 		}
 	case ctx.Err() != nil: // stopping
-	case w.alive.failed():
-		ago, ok := w.alive.since(time.Now())
+	case d.alive.failed():
+		ago, ok := d.alive.since(time.Now())
 		w.cfg.Logger.Warn("heartbeat failed; once the last that landed is older than storage.WorkerStale, "+
 			"other processes void this worker's leases", "err", err, "last_landed_ago", ago, "ever_landed", ok)
 	}
@@ -363,7 +333,7 @@ func (w *Worker) Stop() {
 	}
 	w.reconciler.Stop()
 	w.retention.Stop()
-	w.holder.Stop()
+	w.Deliverer.holder.Stop()
 	w.server.Shutdown()
 	w.attempts.Wait() // the reconciler's attempts of a dead worker's deliveries
 	w.Deliverer.holder.holds.Stop()
@@ -384,19 +354,16 @@ func (w *Worker) Stop() {
 // handleDelivery makes the attempt a delivery task asks for, on a warm
 // goroutine (asynq runs each task on a new one).
 func (w *Worker) handleDelivery(ctx context.Context, t *asynq.Task) error {
-	var err error
-	w.warm.Run(func() { err = w.deliver(ctx, t) })
-	return err
-}
-
-func (w *Worker) deliver(ctx context.Context, t *asynq.Task) error {
 	var p deliveryTask
 	if err := json.Unmarshal(t.Payload(), &p); err != nil {
 		w.cfg.Logger.Error("dropping a delivery task with a bad payload", "err", err)
 		return nil
 	}
-	_, err := w.Deliverer.Attempt(ctx, Request{DeliveryID: p.DeliveryID, EndpointID: p.EndpointID, Manual: p.Manual,
-		RequestID: p.RequestID, By: p.By})
+	var err error
+	w.warm.Run(func() {
+		_, err = w.Deliverer.Attempt(ctx, Request{DeliveryID: p.DeliveryID, EndpointID: p.EndpointID, Manual: p.Manual,
+			RequestID: p.RequestID, By: p.By})
+	})
 	if errors.Is(err, ErrEndpointDisabled) {
 		return nil // logged; a manual attempt is not retried
 	}
@@ -478,10 +445,7 @@ func retryDelay(retried int, err error, _ *asynq.Task) time.Duration {
 	if !errors.As(err, &r) {
 		return errorRetry(retried)
 	}
-	at := r.At.Truncate(time.Second)
-	if at.Before(r.At) {
-		at = at.Add(time.Second)
-	}
+	at := r.At.Add(time.Second - time.Nanosecond).Truncate(time.Second) // r.At rounded up
 	return max(time.Until(at), 0)
 }
 
@@ -492,10 +456,7 @@ func retryDelay(retried int, err error, _ *asynq.Task) time.Duration {
 // go within a second or two of its end, and a long outage costs a task a
 // look every few seconds, not a storm.
 func errorRetry(retried int) time.Duration {
-	if retried >= 3 {
-		return errorRetryMax
-	}
-	return min(time.Second<<retried, errorRetryMax)
+	return min(time.Second<<min(retried, 3), errorRetryMax) // capped before the shift overflows
 }
 
 const errorRetryMax = 5 * time.Second
