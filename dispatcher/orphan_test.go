@@ -3,6 +3,7 @@ package dispatcher_test
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
@@ -206,7 +207,7 @@ func TestProbeOfADeliveryWhoseTaskWasOrphaned(t *testing.T) {
 		t.Fatal(err)
 	}
 	orphan(t, e, insp, id)
-	if err := e.worker.Queue.EnqueueProbe(ctx, ep.ID, time.Now()); err != nil {
+	if err := e.worker.Queue.EnqueueProbe(ctx, ep.ID, time.Now(), false); err != nil {
 		t.Fatal(err)
 	}
 	e.worker = e.startWorker()
@@ -215,4 +216,40 @@ func TestProbeOfADeliveryWhoseTaskWasOrphaned(t *testing.T) {
 		got, _ := e.db.Store().GetEndpoint(ctx, e.project.ID, ep.ID)
 		return got.Circuit == webhookd.CircuitClosed
 	})
+}
+
+// TestOverdueProbeWhoseTaskSleepsIsWoken: an open circuit's probe came due
+// while PostgreSQL was out of reach, so its task's handler failed and
+// asynq's retry put it to sleep (backing off up to 5 s a time; an hour
+// here). The reconciler finds the probe overdue and runs its task now:
+// enqueueing it again is refused (the task id is live), which alone left
+// the chaos soak's first probe 16.5 s late.
+func TestOverdueProbeWhoseTaskSleepsIsWoken(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *dispatcher.Config) {
+		c.Circuit = storage.CircuitConfig{After: 3, Probes: []time.Duration{time.Second}}
+	})
+	e.worker.Stop()
+	ctx := context.Background()
+	rc := newReceiver(t, status(http.StatusNoContent))
+	ep := e.endpoint(rc.URL, nil)
+	id := e.publish("a", 1)[0]
+	var probeAt time.Time
+	if err := e.db.Pool().QueryRow(ctx, `UPDATE endpoints SET circuit = 'open', failures = 3, probes = 0,
+		probe_at = now() - interval '3 seconds', circuit_opened_at = now(), failing_since = now() WHERE id = $1
+		RETURNING probe_at`, ep.ID).Scan(&probeAt); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.db.Pool().Exec(ctx, `UPDATE deliveries SET waiting_reason = 'circuit_open',
+		next_attempt_at = now() + interval '1 hour' WHERE id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	// The probe's task as asynq's retry leaves it: same id, asleep.
+	if _, err := asynq.NewClientFromRedisClient(e.redis).Enqueue(asynq.NewTask(dispatcher.TaskProbe, []byte(ep.ID)),
+		asynq.TaskID("probe:"+ep.ID+":"+strconv.FormatInt(probeAt.UnixMilli(), 10)), asynq.Queue(dispatcher.DefaultQueue),
+		asynq.ProcessIn(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	e.worker = e.startWorker() // its first reconciler pass finds the probe overdue
+	e.waitStatus(id, webhookd.DeliverySucceeded, 10*time.Second)
 }

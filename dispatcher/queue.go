@@ -73,15 +73,8 @@ func NewQueue(rdb redis.UniversalClient, queue string, taskTimeout time.Duration
 // with TaskID = delivery id, so a delivery can never have two live tasks.
 // A delivery already queued is not an error.
 func (q *Queue) Enqueue(ctx context.Context, ds ...webhookd.ScheduledDelivery) error {
-	_, err := q.EnqueueCounting(ctx, ds...)
+	_, _, err := q.offer(ctx, ds, false)
 	return err
-}
-
-// EnqueueCounting is Enqueue, and tells how many deliveries got a new task
-// (the others had a live one).
-func (q *Queue) EnqueueCounting(ctx context.Context, ds ...webhookd.ScheduledDelivery) (created int, err error) {
-	created, _, err = q.offer(ctx, ds, false)
-	return created, err
 }
 
 // offer enqueues ds. With wake (the reconciler's offer of deliveries
@@ -152,36 +145,34 @@ func (q *Queue) EnqueueManual(ctx context.Context, requestID, deliveryID, by str
 
 // EnqueueJob schedules a background job now.
 func (q *Queue) EnqueueJob(ctx context.Context, jobID string) error {
-	err := q.enqueueTask(ctx, asynq.NewTask(TaskJob, []byte(jobID)), jobID, time.Time{}, time.Hour)
-	if errors.Is(err, asynq.ErrTaskIDConflict) {
-		return nil
-	}
+	_, err := q.enqueueTask(ctx, asynq.NewTask(TaskJob, []byte(jobID)), jobID, time.Time{}, time.Hour)
 	return err
 }
 
-// enqueue tells whether it made a new task: false, and no error, when the
-// task id was live already.
+// enqueue enqueues a delivery task (enqueueTask).
 func (q *Queue) enqueue(ctx context.Context, taskID string, t deliveryTask, at time.Time) (bool, error) {
 	payload, err := json.Marshal(t)
 	if err != nil {
 		return false, err
 	}
-	err = q.enqueueTask(ctx, asynq.NewTask(TaskDelivery, payload), taskID, at, q.timeout)
-	if errors.Is(err, asynq.ErrTaskIDConflict) {
-		return false, nil // already queued
-	}
-	return err == nil, err
+	return q.enqueueTask(ctx, asynq.NewTask(TaskDelivery, payload), taskID, at, q.timeout)
 }
 
-func (q *Queue) enqueueTask(ctx context.Context, task *asynq.Task, id string, at time.Time, timeout time.Duration) error {
+// enqueueTask tells whether it made a new task: false, and no error, when
+// the task id was live already.
+func (q *Queue) enqueueTask(ctx context.Context, task *asynq.Task, id string, at time.Time, timeout time.Duration) (bool, error) {
 	opts := []asynq.Option{asynq.TaskID(id), asynq.Queue(q.queue), asynq.MaxRetry(maxRetry), asynq.Timeout(timeout)}
 	if !at.IsZero() {
 		opts = append(opts, asynq.ProcessAt(notBefore(at)))
 	}
-	if _, err := q.client.EnqueueContext(ctx, task, opts...); err != nil {
-		return fmt.Errorf("enqueue %s: %w", id, err)
+	_, err := q.client.EnqueueContext(ctx, task, opts...)
+	switch {
+	case errors.Is(err, asynq.ErrTaskIDConflict):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("enqueue %s: %w", id, err)
 	}
-	return nil
+	return true, nil
 }
 
 // notBefore is at as asynq should be given it: asynq keeps a task's time in
@@ -274,7 +265,7 @@ func (q *Queue) taken(ep, id string, at time.Time) {
 // retryRunning tries op again on each of ids, a few times over the next
 // moments, while it finds the task running (isRunning): its handler, about
 // to return, holds it. Those still running after the last try go to
-// gaveUp, if set. It does not wait.
+// gaveUp. It does not wait.
 func retryRunning(ids []string, op func(id string) error, gaveUp func(id string)) {
 	if len(ids) == 0 {
 		return
@@ -291,9 +282,7 @@ func retryRunning(ids []string, op func(id string) error, gaveUp func(id string)
 			ids = left
 		}
 		for _, id := range ids {
-			if gaveUp != nil {
-				gaveUp(id)
-			}
+			gaveUp(id)
 		}
 	}()
 }
@@ -314,7 +303,7 @@ func (q *Queue) Drop(id string) {
 	drop := func(id string) error { return q.inspector.DeleteTask(q.queue, id) }
 	go func() {
 		if isRunning(drop(id)) {
-			retryRunning([]string{id}, drop, nil)
+			retryRunning([]string{id}, drop, func(string) {}) // done: its delivery needs no bell
 		}
 	}()
 }
@@ -357,12 +346,15 @@ func (q *Queue) Reschedule(ctx context.Context, ep, id string, at time.Time) err
 // EnqueueProbe schedules the wake-up of endpoint ep's probe at at: the
 // task makes the longest-waiting delivery held by the circuit due, and
 // wakes it (Worker.handleProbe). Its id names the probe's time, so each
-// probe has one task however often it is offered.
-func (q *Queue) EnqueueProbe(ctx context.Context, ep string, at time.Time) error {
+// probe has one task however often it is offered. With wake (the
+// reconciler's offer of a probe overdue in PostgreSQL), a task that sleeps
+// past its time runs now: its handler failed (PostgreSQL out of reach, say)
+// and asynq's retry backs off up to errorRetryMax, each time.
+func (q *Queue) EnqueueProbe(ctx context.Context, ep string, at time.Time, wake bool) error {
 	id := "probe:" + ep + ":" + strconv.FormatInt(at.UnixMilli(), 10)
-	err := q.enqueueTask(ctx, asynq.NewTask(TaskProbe, []byte(ep)), id, at, q.timeout)
-	if errors.Is(err, asynq.ErrTaskIDConflict) {
-		return nil
+	made, err := q.enqueueTask(ctx, asynq.NewTask(TaskProbe, []byte(ep)), id, at, q.timeout)
+	if err == nil && !made && wake {
+		q.inspector.RunTask(q.queue, id) // refused: pending or running, on its way already
 	}
 	return err
 }

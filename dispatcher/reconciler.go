@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/webhookd/webhookd"
@@ -89,9 +90,7 @@ const reconcileTick = time.Second
 // Start runs a pass at once and then every Interval until Stop or ctx
 // ends, and the checks for dead workers and lost Redis data every second.
 func (r *Reconciler) Start(ctx context.Context) {
-	r.start(ctx, min(r.Interval, reconcileTick), func(ctx context.Context) {
-		r.tick(ctx)
-	})
+	r.start(ctx, min(r.Interval, reconcileTick), r.tick)
 }
 
 // tick runs the every-second checks, and a pass when one is due.
@@ -101,11 +100,10 @@ func (r *Reconciler) tick(ctx context.Context) {
 		r.Logger.Debug("reconciler: redis check failed", "err", err)
 	}
 	if lost {
-		msg := "redis lost its data: rebuilding the schedule from PostgreSQL now"
 		if r.last.IsZero() {
 			r.Logger.Info("redis is new or lost its data: offering every due delivery now")
 		} else {
-			r.Logger.Warn(msg)
+			r.Logger.Warn("redis lost its data: rebuilding the schedule from PostgreSQL now")
 		}
 		r.lost = true
 	}
@@ -180,13 +178,10 @@ func (r *Reconciler) runOnce(ctx context.Context, lost bool) (ran bool, offered 
 
 // grace is how long a due delivery is left to its own task.
 func (r *Reconciler) grace() time.Duration {
-	switch {
-	case r.Grace == 0:
+	if r.Grace == 0 {
 		return quietGrace
-	case r.Grace < 0:
-		return 0
 	}
-	return r.Grace
+	return max(r.Grace, 0)
 }
 
 // offerDue offers the next window of due deliveries to the queue: a
@@ -221,7 +216,8 @@ func (r *Reconciler) offerDue(ctx context.Context, lost bool) (int, error) {
 			return 0, nil
 		}
 		r.backlogOffer, wake = time.Now(), false
-		due = overdueBy(due, now.Add(-DefaultReconcileGrace))
+		cutoff := now.Add(-DefaultReconcileGrace)
+		due = slices.DeleteFunc(due, func(d webhookd.ScheduledDelivery) bool { return d.DueAt.After(cutoff) })
 	}
 	created, taken, err := r.Queue.offer(ctx, due, wake)
 	if r.Reenqueued != nil {
@@ -244,26 +240,16 @@ func (r *Reconciler) backlogged(ctx context.Context) bool {
 	return err != nil || n >= quietBacklog
 }
 
-// overdueBy keeps of due the deliveries due at cutoff or before.
-func overdueBy(due []webhookd.ScheduledDelivery, cutoff time.Time) []webhookd.ScheduledDelivery {
-	kept := due[:0]
-	for _, d := range due {
-		if !d.DueAt.After(cutoff) {
-			kept = append(kept, d)
-		}
-	}
-	return kept
-}
-
 // wakeProbes offers again the probe of every open circuit whose probe is
-// overdue by the grace while deliveries wait for it.
+// overdue by the grace while deliveries wait for it, and runs its task now
+// if it sleeps.
 func (r *Reconciler) wakeProbes(ctx context.Context) error {
 	due, err := r.DB.DueProbes(ctx, r.Clock.Now().Add(-r.grace()))
 	if err != nil {
 		return err
 	}
 	for _, p := range due {
-		if err := r.Queue.EnqueueProbe(ctx, p.EndpointID, p.ProbeAt); err != nil {
+		if err := r.Queue.EnqueueProbe(ctx, p.EndpointID, p.ProbeAt, true); err != nil {
 			return err
 		}
 	}

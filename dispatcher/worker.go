@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-redis/redis_rate/v10"
@@ -184,10 +183,9 @@ type Worker struct {
 	attempts   sync.WaitGroup
 	slots      chan struct{}
 	background context.Context
-	// quit ends the background attempts still waiting for their time, and
-	// stopping keeps new ones from starting, once Stop begins.
-	quit     chan struct{}
-	stopping atomic.Bool
+	// quit, closed once Stop begins, ends the background attempts still
+	// waiting for their time and keeps new ones from starting.
+	quit chan struct{}
 	// warm runs attempts on goroutines that outlive a task: asynq starts
 	// one per task, and an attempt's call path grew each one's stack anew.
 	warm *warm.Pool
@@ -328,9 +326,7 @@ func (w *Worker) Stop() {
 	if w.Deliverer.claims == nil {
 		return // never started, or stopped already
 	}
-	if !w.stopping.Swap(true) {
-		close(w.quit)
-	}
+	close(w.quit)
 	w.reconciler.Stop()
 	w.retention.Stop()
 	w.Deliverer.holder.Stop()
@@ -401,15 +397,15 @@ func (w *Worker) handleProbe(ctx context.Context, t *asynq.Task) error {
 // the task still taken, rings the delivery here again at that time.
 func (w *Worker) attemptInBackground(_ context.Context, ds []webhookd.ScheduledDelivery) {
 	for _, sd := range ds {
-		if w.stopping.Load() {
+		select {
+		case <-w.quit:
 			return
+		default:
 		}
 		w.attempts.Go(func() {
 			if wait := time.Until(sd.DueAt); wait > 0 {
-				t := time.NewTimer(wait)
-				defer t.Stop()
 				select {
-				case <-t.C:
+				case <-time.After(wait):
 				case <-w.quit:
 					return
 				}
