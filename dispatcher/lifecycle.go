@@ -102,7 +102,7 @@ func (d *Deliverer) circuitChanged(ctx context.Context, c storage.CircuitChange)
 	}
 	if c.To == webhookd.CircuitOpen && c.ProbeAt != nil {
 		// The probe's wake-up (lost, the reconciler offers it again).
-		if err := d.holder.queue.EnqueueProbe(context.WithoutCancel(ctx), c.EndpointID, *c.ProbeAt, false); err != nil {
+		if _, err := d.holder.queue.EnqueueProbe(context.WithoutCancel(ctx), c.EndpointID, *c.ProbeAt, false); err != nil {
 			d.log.Debug("probe not scheduled; the reconciler will", "endpoint_id", c.EndpointID, "err", err)
 		}
 	}

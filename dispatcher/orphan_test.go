@@ -207,7 +207,7 @@ func TestProbeOfADeliveryWhoseTaskWasOrphaned(t *testing.T) {
 		t.Fatal(err)
 	}
 	orphan(t, e, insp, id)
-	if err := e.worker.Queue.EnqueueProbe(ctx, ep.ID, time.Now(), false); err != nil {
+	if _, err := e.worker.Queue.EnqueueProbe(ctx, ep.ID, time.Now(), false); err != nil {
 		t.Fatal(err)
 	}
 	e.worker = e.startWorker()
@@ -216,6 +216,41 @@ func TestProbeOfADeliveryWhoseTaskWasOrphaned(t *testing.T) {
 		got, _ := e.db.Store().GetEndpoint(ctx, e.project.ID, ep.ID)
 		return got.Circuit == webhookd.CircuitClosed
 	})
+}
+
+// TestOverdueProbeWhoseTaskWasTakenIsMade: an open circuit's probe is
+// overdue and its task is taken (active) by a worker that never ran it,
+// or whose handler's return Redis lost. The reconciler makes the probe
+// itself: asynq would give the task back only once its lease runs out
+// (the chaos soak's first probe came 30.6 s late).
+func TestOverdueProbeWhoseTaskWasTakenIsMade(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *dispatcher.Config) {
+		c.Circuit = storage.CircuitConfig{After: 3, Probes: []time.Duration{time.Second}}
+	})
+	e.worker.Stop()
+	ctx := context.Background()
+	rc := newReceiver(t, status(http.StatusNoContent))
+	ep := e.endpoint(rc.URL, nil)
+	id := e.publish("a", 1)[0]
+	var probeAt time.Time
+	if err := e.db.Pool().QueryRow(ctx, `UPDATE endpoints SET circuit = 'open', failures = 3, probes = 0,
+		probe_at = now() - interval '3 seconds', circuit_opened_at = now(), failing_since = now() WHERE id = $1
+		RETURNING probe_at`, ep.ID).Scan(&probeAt); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.db.Pool().Exec(ctx, `UPDATE deliveries SET waiting_reason = 'circuit_open',
+		next_attempt_at = now() + interval '1 hour' WHERE id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	probeTask := "probe:" + ep.ID + ":" + strconv.FormatInt(probeAt.UnixMilli(), 10)
+	if _, err := asynq.NewClientFromRedisClient(e.redis).Enqueue(asynq.NewTask(dispatcher.TaskProbe, []byte(ep.ID)),
+		asynq.TaskID(probeTask), asynq.Queue(dispatcher.DefaultQueue)); err != nil {
+		t.Fatal(err)
+	}
+	orphan(t, e, asynq.NewInspectorFromRedisClient(e.redis), probeTask)
+	e.worker = e.startWorker() // its first reconciler pass finds the probe overdue
+	e.waitStatus(id, webhookd.DeliverySucceeded, 10*time.Second)
 }
 
 // TestOverdueProbeWhoseTaskSleepsIsWoken: an open circuit's probe came due

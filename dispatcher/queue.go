@@ -349,14 +349,15 @@ func (q *Queue) Reschedule(ctx context.Context, ep, id string, at time.Time) err
 // probe has one task however often it is offered. With wake (the
 // reconciler's offer of a probe overdue in PostgreSQL), a task that sleeps
 // past its time runs now: its handler failed (PostgreSQL out of reach, say)
-// and asynq's retry backs off up to errorRetryMax, each time.
-func (q *Queue) EnqueueProbe(ctx context.Context, ep string, at time.Time, wake bool) error {
+// and asynq's retry backs off up to errorRetryMax, each time; and taken
+// tells whether a worker holds the task (active).
+func (q *Queue) EnqueueProbe(ctx context.Context, ep string, at time.Time, wake bool) (taken bool, err error) {
 	id := "probe:" + ep + ":" + strconv.FormatInt(at.UnixMilli(), 10)
 	made, err := q.enqueueTask(ctx, asynq.NewTask(TaskProbe, []byte(ep)), id, at, q.timeout)
 	if err == nil && !made && wake {
-		q.inspector.RunTask(q.queue, id) // refused: pending or running, on its way already
+		taken = isRunning(q.inspector.RunTask(q.queue, id)) // refused otherwise: pending, on its way
 	}
-	return err
+	return taken, err
 }
 
 // lostMarker is a key the workers keep in Redis: when it is gone, Redis

@@ -249,8 +249,22 @@ func (r *Reconciler) wakeProbes(ctx context.Context) error {
 		return err
 	}
 	for _, p := range due {
-		if err := r.Queue.EnqueueProbe(ctx, p.EndpointID, p.ProbeAt, true); err != nil {
+		taken, err := r.Queue.EnqueueProbe(ctx, p.EndpointID, p.ProbeAt, true)
+		if err != nil {
 			return err
+		}
+		if !taken || r.Attempt == nil {
+			continue
+		}
+		// Overdue by the grace and its task taken all that time (by a
+		// worker that never ran it, or whose return Redis lost): the
+		// probe's delivery is attempted here, as its task would.
+		id, _, err := r.DB.ProbeCandidate(ctx, p.EndpointID, r.Clock.Now())
+		if err != nil {
+			return err
+		}
+		if id != "" {
+			r.Attempt(ctx, []webhookd.ScheduledDelivery{{ID: id, EndpointID: p.EndpointID}})
 		}
 	}
 	return nil

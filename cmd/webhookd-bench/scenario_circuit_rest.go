@@ -187,7 +187,7 @@ const restWindow = 25*time.Hour + 16*time.Minute
 // code, in chunks of 1,000 from 8 goroutines.
 func enqueueParked(ctx context.Context, q *dispatcher.Queue, n, m int, probeAt time.Time) error {
 	for i := range n {
-		if err := q.EnqueueProbe(ctx, restEndpointID(i), probeAt, false); err != nil {
+		if _, err := q.EnqueueProbe(ctx, restEndpointID(i), probeAt, false); err != nil {
 			return err
 		}
 	}
