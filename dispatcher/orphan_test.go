@@ -225,30 +225,13 @@ func TestProbeOfADeliveryWhoseTaskWasOrphaned(t *testing.T) {
 // (the chaos soak's first probe came 30.6 s late).
 func TestOverdueProbeWhoseTaskWasTakenIsMade(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *dispatcher.Config) {
-		c.Circuit = storage.CircuitConfig{After: 3, Probes: []time.Duration{time.Second}}
+	e, id := overdueProbe(t, func(e *env, task *asynq.Task, taskID string) {
+		if _, err := asynq.NewClientFromRedisClient(e.redis).Enqueue(task, asynq.TaskID(taskID),
+			asynq.Queue(dispatcher.DefaultQueue)); err != nil {
+			t.Fatal(err)
+		}
+		orphan(t, e, asynq.NewInspectorFromRedisClient(e.redis), taskID)
 	})
-	e.worker.Stop()
-	ctx := context.Background()
-	rc := newReceiver(t, status(http.StatusNoContent))
-	ep := e.endpoint(rc.URL, nil)
-	id := e.publish("a", 1)[0]
-	var probeAt time.Time
-	if err := e.db.Pool().QueryRow(ctx, `UPDATE endpoints SET circuit = 'open', failures = 3, probes = 0,
-		probe_at = now() - interval '3 seconds', circuit_opened_at = now(), failing_since = now() WHERE id = $1
-		RETURNING probe_at`, ep.ID).Scan(&probeAt); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.db.Pool().Exec(ctx, `UPDATE deliveries SET waiting_reason = 'circuit_open',
-		next_attempt_at = now() + interval '1 hour' WHERE id = $1`, id); err != nil {
-		t.Fatal(err)
-	}
-	probeTask := "probe:" + ep.ID + ":" + strconv.FormatInt(probeAt.UnixMilli(), 10)
-	if _, err := asynq.NewClientFromRedisClient(e.redis).Enqueue(asynq.NewTask(dispatcher.TaskProbe, []byte(ep.ID)),
-		asynq.TaskID(probeTask), asynq.Queue(dispatcher.DefaultQueue)); err != nil {
-		t.Fatal(err)
-	}
-	orphan(t, e, asynq.NewInspectorFromRedisClient(e.redis), probeTask)
 	e.worker = e.startWorker() // its first reconciler pass finds the probe overdue
 	e.waitStatus(id, webhookd.DeliverySucceeded, 10*time.Second)
 }
@@ -261,6 +244,21 @@ func TestOverdueProbeWhoseTaskWasTakenIsMade(t *testing.T) {
 // the chaos soak's first probe 16.5 s late.
 func TestOverdueProbeWhoseTaskSleepsIsWoken(t *testing.T) {
 	t.Parallel()
+	e, id := overdueProbe(t, func(e *env, task *asynq.Task, taskID string) {
+		if _, err := asynq.NewClientFromRedisClient(e.redis).Enqueue(task, asynq.TaskID(taskID),
+			asynq.Queue(dispatcher.DefaultQueue), asynq.ProcessIn(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+	})
+	e.worker = e.startWorker() // its first reconciler pass finds the probe overdue
+	e.waitStatus(id, webhookd.DeliverySucceeded, 10*time.Second)
+}
+
+// overdueProbe makes, with no worker running, an endpoint whose circuit is
+// open with its probe due 3 s ago and one delivery waiting for it, and
+// hands place the probe's task (its id names the probe's time) to put
+// where the test wants it. It returns the env and the delivery's id.
+func overdueProbe(t *testing.T, place func(e *env, task *asynq.Task, taskID string)) (*env, string) {
 	e := newEnv(t, func(c *dispatcher.Config) {
 		c.Circuit = storage.CircuitConfig{After: 3, Probes: []time.Duration{time.Second}}
 	})
@@ -279,12 +277,6 @@ func TestOverdueProbeWhoseTaskSleepsIsWoken(t *testing.T) {
 		next_attempt_at = now() + interval '1 hour' WHERE id = $1`, id); err != nil {
 		t.Fatal(err)
 	}
-	// The probe's task as asynq's retry leaves it: same id, asleep.
-	if _, err := asynq.NewClientFromRedisClient(e.redis).Enqueue(asynq.NewTask(dispatcher.TaskProbe, []byte(ep.ID)),
-		asynq.TaskID("probe:"+ep.ID+":"+strconv.FormatInt(probeAt.UnixMilli(), 10)), asynq.Queue(dispatcher.DefaultQueue),
-		asynq.ProcessIn(time.Hour)); err != nil {
-		t.Fatal(err)
-	}
-	e.worker = e.startWorker() // its first reconciler pass finds the probe overdue
-	e.waitStatus(id, webhookd.DeliverySucceeded, 10*time.Second)
+	place(e, asynq.NewTask(dispatcher.TaskProbe, []byte(ep.ID)), "probe:"+ep.ID+":"+strconv.FormatInt(probeAt.UnixMilli(), 10))
+	return e, id
 }
