@@ -38,19 +38,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	counterVec := func(name, help string, labels ...string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
 	}
+	histogram := func(name, help string, buckets []float64) prometheus.Histogram {
+		return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets})
+	}
 	m := &metrics{
 		attempts: counterVec("webhookd_delivery_attempts_total",
 			"Delivery attempts by trigger, HTTP status class and resulting delivery status.", "trigger", "code", "outcome"),
-		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "webhookd_delivery_attempt_duration_seconds",
-			Help:    "Time from sending a delivery to reading its response.",
-			Buckets: prometheus.DefBuckets,
-		}),
-		reconcile: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "webhookd_reconciler_pass_seconds",
-			Help:    "Time one reconciler pass took (in the process that ran it).",
-			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
-		}),
+		duration: histogram("webhookd_delivery_attempt_duration_seconds", "Time from sending a delivery to reading its response.",
+			prometheus.DefBuckets),
+		reconcile: histogram("webhookd_reconciler_pass_seconds", "Time one reconciler pass took (in the process that ran it).",
+			[]float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}),
 		offered: counter("webhookd_reconciler_offered_total",
 			"Due deliveries the reconciler offered to the queue (most were still queued; a rise after a Redis loss is the rebuild)."),
 		held: counterVec("webhookd_deliveries_held_back_total",

@@ -345,7 +345,7 @@ func (q *Queue) Reschedule(ctx context.Context, ep, id string, at time.Time) err
 
 // EnqueueProbe schedules the wake-up of endpoint ep's probe at at: the
 // task makes the longest-waiting delivery held by the circuit due, and
-// wakes it (Worker.handleProbe). Its id names the probe's time, so each
+// wakes it (Worker.probe). Its id names the probe's time, so each
 // probe has one task however often it is offered. With wake (the
 // reconciler's offer of a probe overdue in PostgreSQL), a task that sleeps
 // past its time runs now: its handler failed (PostgreSQL out of reach, say)

@@ -67,6 +67,9 @@ type Reconciler struct {
 	// their tasks: those of a dead worker, whose tasks asynq gives back
 	// only a minute or two later.
 	Attempt func(ctx context.Context, ds []webhookd.ScheduledDelivery)
+	// Probe, if set, makes the probe of an endpoint's open circuit in the
+	// background, without its task: one a worker took and never ran.
+	Probe func(ctx context.Context, ep string)
 	// Observe, if set, is told how long each pass that ran took; Offered,
 	// how many deliveries it offered; Reenqueued, how many of those had no
 	// task and got a new one.
@@ -115,7 +118,7 @@ func (r *Reconciler) tick(ctx context.Context) {
 		return
 	}
 	start := time.Now()
-	ran, n, err := r.runOnce(ctx, r.lost)
+	ran, n, err := r.RunOnce(ctx)
 	switch {
 	case err != nil:
 		r.Logger.Warn("reconciler pass failed", "err", err)
@@ -155,22 +158,17 @@ func (r *Reconciler) attemptDead(ctx context.Context) (int, error) {
 
 // RunOnce makes one pass if no other process is making one: it registers
 // the queue with asynq again (Queue.Register), offers due deliveries to
-// the queue, wakes the heads of ordered queues, the probes of open
-// circuits and stranded held deliveries, then offers the pending
-// redeliveries and runnable jobs.
-// It tells whether it ran and how many deliveries it offered.
+// the queue (every one, without the grace, after Redis lost its data),
+// wakes the heads of ordered queues, the probes of open circuits and
+// stranded held deliveries, then offers the pending redeliveries and
+// runnable jobs. It tells whether it ran and how many deliveries it
+// offered.
 func (r *Reconciler) RunOnce(ctx context.Context) (ran bool, offered int, err error) {
-	return r.runOnce(ctx, false)
-}
-
-// runOnce is RunOnce; lost (Redis lost its data) offers every due
-// delivery, without the grace.
-func (r *Reconciler) runOnce(ctx context.Context, lost bool) (ran bool, offered int, err error) {
 	ran, err = r.DB.AsLeader(ctx, "reconciler", func(ctx context.Context) error {
 		err := r.Queue.Register(ctx) // after Redis lost its data
-		n, offerErr := r.offerDue(ctx, lost)
+		n, offerErr := r.offerDue(ctx, r.lost)
 		offered = n
-		r.wakeHeads(ctx, lost)
+		r.wakeHeads(ctx, r.lost)
 		return errors.Join(err, offerErr, r.wakeProbes(ctx), r.wakeStranded(ctx), r.enqueueRedeliveries(ctx), r.enqueueJobs(ctx))
 	})
 	return ran, offered, err
@@ -253,18 +251,11 @@ func (r *Reconciler) wakeProbes(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if !taken || r.Attempt == nil {
-			continue
-		}
-		// Overdue by the grace and its task taken all that time (by a
-		// worker that never ran it, or whose return Redis lost): the
-		// probe's delivery is attempted here, as its task would.
-		id, _, err := r.DB.ProbeCandidate(ctx, p.EndpointID, r.Clock.Now())
-		if err != nil {
-			return err
-		}
-		if id != "" {
-			r.Attempt(ctx, []webhookd.ScheduledDelivery{{ID: id, EndpointID: p.EndpointID}})
+		if taken && r.Probe != nil {
+			// Overdue by the grace and its task taken all that time (by a
+			// worker that never ran it, or whose return Redis lost): the
+			// probe is made here, as its task would.
+			r.Probe(ctx, p.EndpointID)
 		}
 	}
 	return nil

@@ -224,6 +224,7 @@ func NewWorker(cfg Config) (*Worker, error) {
 		retention: &Retention{DB: cfg.DB, Keep: cfg.Retention, Interval: cfg.RetentionInterval, Clock: cfg.Clock,
 			Logger: cfg.Logger}}
 	w.reconciler.Attempt = w.attemptInBackground
+	w.reconciler.Probe = func(_ context.Context, ep string) { w.attempts.Go(func() { _ = w.probe(w.background, ep) }) }
 	q.stuck = w.attemptInBackground
 	w.server = asynq.NewServerFromRedisClient(cfg.Redis, asynq.Config{
 		Concurrency:              cfg.Concurrency,
@@ -276,7 +277,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	mux := asynq.NewServeMux()
 	mux.HandleFunc(TaskDelivery, w.handleDelivery)
 	mux.HandleFunc(TaskJob, w.handleJob)
-	mux.HandleFunc(TaskProbe, w.handleProbe)
+	mux.HandleFunc(TaskProbe, func(ctx context.Context, t *asynq.Task) error { return w.probe(ctx, string(t.Payload())) })
 	mux.HandleFunc(TaskRegister, func(context.Context, *asynq.Task) error { return nil })
 	if err := w.server.Start(mux); err != nil {
 		return fmt.Errorf("start worker: %w", err)
@@ -366,12 +367,12 @@ func (w *Worker) handleDelivery(ctx context.Context, t *asynq.Task) error {
 	return err
 }
 
-// handleProbe wakes the probe of an open circuit: the longest-waiting
-// delivery its circuit holds is made due, and its task runs now; its
-// attempt takes the probe (Decide). No delivery waits: nothing to probe
-// with, and the next delivery to come is the probe.
-func (w *Worker) handleProbe(ctx context.Context, t *asynq.Task) error {
-	ep := string(t.Payload())
+// probe makes the probe of endpoint ep's open circuit, on its task or,
+// the task taken and never run, for the reconciler: the longest-waiting
+// delivery its circuit holds is made due and attempted here; its attempt
+// takes the probe (Decide). No delivery waits: nothing to probe with, and
+// the next delivery to come is the probe.
+func (w *Worker) probe(ctx context.Context, ep string) error {
 	id, notYet, err := w.cfg.DB.ProbeCandidate(ctx, ep, w.Deliverer.clock.Now())
 	switch {
 	case err != nil:
@@ -379,10 +380,10 @@ func (w *Worker) handleProbe(ctx context.Context, t *asynq.Task) error {
 	case notYet != nil: // this clock is behind PostgreSQL's: at the probe's time
 		return &RetryAt{At: *notYet, Reason: "probe not due yet"}
 	case id != "":
-		// Attempted here, on the probe's task, not woken through the
-		// delivery's own task: that one may have been taken by a worker
-		// that never ran it (a dequeue whose reply Redis lost), which
-		// asynq gives back only when its lease runs out.
+		// Attempted here, not woken through the delivery's own task: that
+		// one may have been taken by a worker that never ran it (a dequeue
+		// whose reply Redis lost), which asynq gives back only when its
+		// lease runs out.
 		res, err := w.Deliverer.Attempt(ctx, Request{DeliveryID: id, EndpointID: ep})
 		w.Queue.settle(ctx, ep, id, res, err)
 	}
