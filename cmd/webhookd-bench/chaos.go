@@ -28,6 +28,7 @@ type chaosOptions struct {
 	RetrySchedule string        // -retry-schedule; 1s,2s,5s,10s
 	LivenessBound time.Duration // -liveness-bound; 5s a delivery may wait past its time, outside faults
 	Faults        string        // -faults; every kind (a drill names a few, comma-separated)
+	LogLevel      string        // -log-level; warn (debug shows each worker's attempts and passes)
 	Out           string        // -out; - (stdout), e.g. RELIABILITY.md
 }
 
@@ -45,6 +46,7 @@ func (o *chaosOptions) bind(fs *flag.FlagSet) {
 		"the longest a delivery may wait past its next_attempt_at (and a probe past its probe_at), time under a fault on a worker, PostgreSQL or Redis not counted")
 	fs.StringVar(&o.Faults, "faults", "", "only these kinds of fault, comma-separated (a drill); empty: every kind ("+
 		strings.Join(faultKinds, ", ")+", heartbeat-stall)")
+	fs.StringVar(&o.LogLevel, "log-level", "warn", "WEBHOOKD_LOG_LEVEL of every webhookd process (debug, info, warn, error)")
 	fs.StringVar(&o.Out, "out", "-", `report file ("-": stdout)`)
 }
 
@@ -58,6 +60,8 @@ func (o *chaosOptions) Validate() error {
 		return errors.New("-fault-gap must be at least 1s, -grace not negative, -drain-bound positive")
 	case o.LivenessBound < time.Second:
 		return errors.New("-liveness-bound must be at least 1s (PostgreSQL is sampled every second)")
+	case !slices.Contains([]string{"debug", "info", "warn", "error"}, o.LogLevel):
+		return fmt.Errorf("-log-level: %q is none of debug, info, warn, error", o.LogLevel)
 	}
 	for _, k := range o.faultKinds() {
 		if !slices.Contains(faultKinds, k) && k != "heartbeat-stall" {

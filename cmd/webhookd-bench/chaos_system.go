@@ -147,7 +147,7 @@ func (s *chaosSystem) env(extra ...string) []string {
 			env = append(env, kv)
 		}
 	}
-	env = append(env, "WEBHOOKD_ALLOW_PRIVATE_NETWORKS=true", "WEBHOOKD_LOG_LEVEL=warn", "WEBHOOKD_LOG_FORMAT=json",
+	env = append(env, "WEBHOOKD_ALLOW_PRIVATE_NETWORKS=true", "WEBHOOKD_LOG_LEVEL="+s.opts.LogLevel, "WEBHOOKD_LOG_FORMAT=json",
 		"WEBHOOKD_RETRY_SCHEDULE="+s.opts.RetrySchedule, "WEBHOOKD_RESPONSE_TIMEOUT=3s",
 		"WEBHOOKD_REQUEST_TIMEOUT=10s", "WEBHOOKD_DRAIN_TIMEOUT=10s", "WEBHOOKD_WORKER_CONCURRENCY=100",
 		"WEBHOOKD_RECONCILE_INTERVAL=2s", "WEBHOOKD_ADMIN_TOKEN=chaos-soak-admin-token",
