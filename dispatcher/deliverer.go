@@ -237,6 +237,15 @@ func (d *Deliverer) attempt(ctx context.Context, r Request) (Result, error) {
 	if !goOn {
 		return res, err
 	}
+	if d.leaseInDoubt() {
+		// Its heartbeats have not landed for a while: another process may
+		// have voided its leases and given this delivery to another attempt
+		// (on an ordered endpoint, a second request in flight). Not sent,
+		// and the probe not taken: taken and not sent, it would hold the
+		// endpoint's deliveries until its lease ran out.
+		slot.release()
+		return d.holdLeased(ctx, r, &l, now, webhookd.WaitingEndpointBusy)
+	}
 	if probe {
 		if res, err, goOn := d.takeProbe(ctx, r, &l, &slot, now); !goOn {
 			return res, err
@@ -248,13 +257,6 @@ func (d *Deliverer) attempt(ctx context.Context, r Request) (Result, error) {
 	if auto && !probe && d.circuit.After > 0 && d.gate.circuitOpen(del.EndpointID) {
 		slot.release()
 		return d.holdLeased(ctx, r, &l, d.circuitWait(&l, now), webhookd.WaitingCircuitOpen)
-	}
-	if d.leaseInDoubt() {
-		// Its heartbeats have not landed for a while: another process may
-		// have voided its leases and given this delivery to another attempt
-		// (on an ordered endpoint, a second request in flight). Not sent.
-		slot.release()
-		return d.holdLeased(ctx, r, &l, now, webhookd.WaitingEndpointBusy)
 	}
 	return d.send(ctx, r, &l, &slot, probe, tr)
 }

@@ -213,3 +213,41 @@ func TestCircuitWindowEndsOnTheEndpointsWord(t *testing.T) {
 		t.Fatalf("%d exhausted dead letters for the delivery held past its window", n)
 	}
 }
+
+// TestProbeIsNotTakenByAnAttemptInDoubt: a worker whose heartbeats stopped
+// landing sends nothing on its leases (another process may void them), and
+// must not take an open circuit's probe either. Taken and not sent, the
+// probe held every delivery of the endpoint until the probe's lease ran out
+// (a chaos soak's first probe came 24 s late, after a PostgreSQL restart
+// that stopped a worker's beats). Once its beats land, the probe goes.
+func TestProbeIsNotTakenByAnAttemptInDoubt(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *dispatcher.Config) {
+		c.Circuit = storage.CircuitConfig{After: 3, Probes: []time.Duration{time.Second}}
+	})
+	ctx := context.Background()
+	rc := newReceiver(t, status(http.StatusNoContent))
+	ep := e.endpoint(rc.URL, nil)
+	if _, err := e.db.Pool().Exec(ctx, `UPDATE endpoints SET circuit = 'open', failures = 3, probes = 0,
+		probe_at = now() - interval '1 second', circuit_opened_at = now(), failing_since = now() WHERE id = $1`, ep.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.worker.SilenceHeartbeats(4 * time.Second)
+	id := e.publish("a", 1)[0] // due now: its attempt is the probe
+	waitFor(t, 3*time.Second, "the attempt in doubt held back", func() bool {
+		var reason *string
+		err := e.db.Pool().QueryRow(ctx, `SELECT waiting_reason FROM deliveries WHERE id = $1`, id).Scan(&reason)
+		return err == nil && reason != nil && *reason == webhookd.WaitingEndpointBusy
+	})
+	var circuit string
+	var worker *string
+	if err := e.db.Pool().QueryRow(ctx, `SELECT circuit, probe_worker FROM endpoints WHERE id = $1`, ep.ID).Scan(&circuit, &worker); err != nil {
+		t.Fatal(err)
+	}
+	if circuit != webhookd.CircuitOpen || worker != nil || len(rc.requests()) != 0 {
+		t.Fatalf("an attempt in doubt left the circuit %s, its probe taken by %v, %d requests sent; want open, not taken, none",
+			circuit, deref(worker), len(rc.requests()))
+	}
+	e.worker.ResumeHeartbeats()
+	e.waitStatus(id, webhookd.DeliverySucceeded, 5*time.Second)
+}
