@@ -294,7 +294,13 @@ func TestTraceOfOneEventAcrossTheHop(t *testing.T) {
 			t.Errorf("attempt %v #%v has trace_id %v, want %s", a["request_id"], a["number"], a["trace_id"], traceID)
 		}
 	}
-	lines := r.attemptLogLines()
+	// An attempt's log line is written once its record lands, after its
+	// span ended and its receiver answered.
+	var lines []map[string]any
+	waitFor(t, 10*time.Second, "three attempt log lines", func() bool {
+		lines = r.attemptLogLines()
+		return len(lines) >= 3
+	})
 	for _, l := range lines {
 		if l["trace_id"] != traceID || l["span_id"] == nil {
 			t.Errorf("attempt log line with trace_id %v span_id %v", l["trace_id"], l["span_id"])
