@@ -218,6 +218,15 @@ func (d *Deliverer) attempt(ctx context.Context, r Request) (Result, error) {
 		return Result{Status: del.Status}, ErrEndpointDisabled
 	}
 	probe := act.Verdict == Probe
+	if d.leaseInDoubt() {
+		// Its heartbeats have not landed for a while: another process may
+		// have voided its leases and given this delivery to another attempt
+		// (on an ordered endpoint, a second request in flight). Not sent,
+		// and nothing spent on it: no rate token, no slot, no
+		// transformation, and no probe (taken and not sent, the probe
+		// would hold the endpoint's deliveries until its lease ran out).
+		return d.holdLeased(ctx, r, &l, now, webhookd.WaitingEndpointBusy)
+	}
 	if auto && !rateChecked && l.Endpoint.RateLimitPerSecond != nil {
 		if at, ok := d.allowed(ctx, del.EndpointID, *l.Endpoint.RateLimitPerSecond); !ok {
 			return d.holdLeased(ctx, r, &l, at, webhookd.WaitingRateLimit)
@@ -236,15 +245,6 @@ func (d *Deliverer) attempt(ctx context.Context, r Request) (Result, error) {
 	tr, res, err, goOn := d.transformed(ctx, r, &l, &slot)
 	if !goOn {
 		return res, err
-	}
-	if d.leaseInDoubt() {
-		// Its heartbeats have not landed for a while: another process may
-		// have voided its leases and given this delivery to another attempt
-		// (on an ordered endpoint, a second request in flight). Not sent,
-		// and the probe not taken: taken and not sent, it would hold the
-		// endpoint's deliveries until its lease ran out.
-		slot.release()
-		return d.holdLeased(ctx, r, &l, now, webhookd.WaitingEndpointBusy)
 	}
 	if probe {
 		if res, err, goOn := d.takeProbe(ctx, r, &l, &slot, now); !goOn {
