@@ -224,7 +224,11 @@ func NewWorker(cfg Config) (*Worker, error) {
 		retention: &Retention{DB: cfg.DB, Keep: cfg.Retention, Interval: cfg.RetentionInterval, Clock: cfg.Clock,
 			Logger: cfg.Logger}}
 	w.reconciler.Attempt = w.attemptInBackground
-	w.reconciler.Probe = func(_ context.Context, ep string) { w.attempts.Go(func() { _ = w.probe(w.background, ep) }) }
+	// A probe whose task a worker took and never ran; should PostgreSQL
+	// fail it, the reconciler's next pass finds it overdue again.
+	w.reconciler.Probe = func(_ context.Context, ep string) {
+		w.inBackground(time.Time{}, func() { _ = w.probe(w.background, ep) })
+	}
 	q.stuck = w.attemptInBackground
 	w.server = asynq.NewServerFromRedisClient(cfg.Redis, asynq.Config{
 		Concurrency:              cfg.Concurrency,
@@ -391,28 +395,14 @@ func (w *Worker) probe(ctx context.Context, ep string) error {
 }
 
 // attemptInBackground attempts deliveries without their tasks, each at
-// its due time, a few at a time, until the worker stops: the reconciler's,
-// for deliveries whose tasks a dead worker holds in asynq, and the queue's
-// for those whose tasks stay taken (Queue.stuck). An attempt that leaves
-// its delivery waiting moves the delivery's task to then (Queue.settle), or,
-// the task still taken, rings the delivery here again at that time.
+// its due time (inBackground): the reconciler's, for deliveries whose
+// tasks a dead worker holds in asynq, and the queue's for those whose
+// tasks stay taken (Queue.stuck). An attempt that leaves its delivery
+// waiting moves the delivery's task to then (Queue.settle), or, the task
+// still taken, rings the delivery here again at that time.
 func (w *Worker) attemptInBackground(_ context.Context, ds []webhookd.ScheduledDelivery) {
 	for _, sd := range ds {
-		select {
-		case <-w.quit:
-			return
-		default:
-		}
-		w.attempts.Go(func() {
-			if wait := time.Until(sd.DueAt); wait > 0 {
-				select {
-				case <-time.After(wait):
-				case <-w.quit:
-					return
-				}
-			}
-			w.slots <- struct{}{}
-			defer func() { <-w.slots }()
+		w.inBackground(sd.DueAt, func() {
 			res, err := w.Deliverer.Attempt(w.background, Request{DeliveryID: sd.ID, EndpointID: sd.EndpointID})
 			switch {
 			case isRetryAt(err):
@@ -422,6 +412,27 @@ func (w *Worker) attemptInBackground(_ context.Context, ds []webhookd.ScheduledD
 			}
 		})
 	}
+}
+
+// inBackground runs f at time at, or now, on a goroutine of the attempts
+// made without a task, holding one of their slots (a few at a time),
+// unless the worker stops first.
+func (w *Worker) inBackground(at time.Time, f func()) {
+	select {
+	case <-w.quit:
+		return
+	default:
+	}
+	w.attempts.Go(func() {
+		select {
+		case <-time.After(time.Until(at)): // at once for a zero or past time
+		case <-w.quit:
+			return
+		}
+		w.slots <- struct{}{}
+		defer func() { <-w.slots }()
+		f()
+	})
 }
 
 func isRetryAt(err error) bool { var r *RetryAt; return errors.As(err, &r) }
