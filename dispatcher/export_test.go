@@ -12,3 +12,6 @@ func (w *Worker) SilenceHeartbeats(ago time.Duration) {
 
 // ResumeHeartbeats starts w's heartbeats again.
 func (w *Worker) ResumeHeartbeats() { w.heart.start(w.background, heartbeatInterval, w.beat) }
+
+// InBackground runs f now on w's background attempts (Worker.inBackground).
+func (w *Worker) InBackground(f func()) { w.inBackground(time.Time{}, f) }

@@ -184,8 +184,11 @@ type Worker struct {
 	slots      chan struct{}
 	background context.Context
 	// quit, closed once Stop begins, ends the background attempts still
-	// waiting for their time and keeps new ones from starting.
-	quit chan struct{}
+	// waiting for their time and keeps new ones from starting. quitting
+	// orders each new one before Stop's wait for them (sync.WaitGroup's
+	// rule): they are rung from goroutines Stop knows nothing of.
+	quit     chan struct{}
+	quitting sync.RWMutex
 	// warm runs attempts on goroutines that outlive a task: asynq starts
 	// one per task, and an attempt's call path grew each one's stack anew.
 	warm *warm.Pool
@@ -331,7 +334,9 @@ func (w *Worker) Stop() {
 	if w.Deliverer.claims == nil {
 		return // never started, or stopped already
 	}
+	w.quitting.Lock()
 	close(w.quit)
+	w.quitting.Unlock()
 	w.reconciler.Stop()
 	w.retention.Stop()
 	w.Deliverer.holder.Stop()
@@ -418,6 +423,8 @@ func (w *Worker) attemptInBackground(_ context.Context, ds []webhookd.ScheduledD
 // made without a task, holding one of their slots (a few at a time),
 // unless the worker stops first.
 func (w *Worker) inBackground(at time.Time, f func()) {
+	w.quitting.RLock()
+	defer w.quitting.RUnlock()
 	select {
 	case <-w.quit:
 		return

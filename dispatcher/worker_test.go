@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -694,4 +695,39 @@ func TestReconcilerRunsInOneProcessAtATime(t *testing.T) {
 		ran, _, err := rec.RunOnce(ctx)
 		return err == nil && ran
 	})
+}
+
+// TestStopWaitsForEveryBackgroundAttempt: Stop returns once the attempts
+// made without a task have finished, and one rung while it stops (as
+// Queue.Wake's retryRunning rings a taken task, at any moment) either
+// never starts or is waited for too: nothing runs after Stop returns, and
+// under -race no attempt joins the group while Stop waits for it.
+func TestStopWaitsForEveryBackgroundAttempt(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	var stopped, late, done atomic.Bool
+	ringing := make(chan struct{})
+	go func() {
+		defer close(ringing)
+		for !stopped.Load() {
+			e.worker.InBackground(func() {
+				if stopped.Load() {
+					late.Store(true)
+				}
+			})
+			time.Sleep(time.Millisecond) // a ring a millisecond
+		}
+	}()
+	started := make(chan struct{})
+	e.worker.InBackground(func() { close(started); time.Sleep(200 * time.Millisecond); done.Store(true) })
+	<-started // in flight as the worker stops
+	e.worker.Stop()
+	stopped.Store(true)
+	<-ringing
+	if !done.Load() {
+		t.Fatal("Stop returned before the attempt in flight had finished")
+	}
+	if late.Load() {
+		t.Fatal("an attempt rung while the worker stopped ran after Stop had returned")
+	}
 }
