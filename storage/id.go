@@ -1,6 +1,12 @@
 package storage
 
-import "github.com/oklog/ulid/v2"
+import (
+	"math/rand"
+	"sync"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+)
 
 // Id prefixes (SPEC §2 "Resource shapes").
 const (
@@ -14,8 +20,22 @@ const (
 	prefixRequest    = "req_"
 )
 
-// newID returns prefix + a ULID, so ids sort by creation time.
-func newID(prefix string) string { return prefix + ulid.Make().String() }
+// newID returns prefix + a ULID, so ids sort by creation time: those this
+// process makes, strictly (a bulk job's events list in line order).
+// ulid.Make does not promise that: it reads the millisecond before its
+// lock, and a call that waited there behind a later one resets the
+// shared entropy to random within the millisecond.
+func newID(prefix string) string {
+	ids.Lock()
+	defer ids.Unlock()
+	return prefix + ulid.MustNew(ulid.Now(), ids.entropy).String()
+}
+
+// ids makes this process's ULIDs, one at a time.
+var ids = struct {
+	sync.Mutex
+	entropy *ulid.MonotonicEntropy
+}{entropy: ulid.Monotonic(rand.New(rand.NewSource(time.Now().UnixNano())), 0)}
 
 // NewRequestID returns a fresh request id (req_ + ULID).
 func NewRequestID() string { return newID(prefixRequest) }
