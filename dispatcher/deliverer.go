@@ -44,7 +44,7 @@ type Deliverer struct {
 	gate           *gate
 	holder         *holder
 	worker         string    // this process's id: its heartbeat's, and its leases'
-	alive          *liveness // when its heartbeat last landed; nil: not known
+	alive          *liveness // when its heartbeat last landed
 	circuit        storage.CircuitConfig
 	tracer         *tracing.Tracer   // nil: tracing off
 	relays         Relays            // nil: no relay has a listener
@@ -265,9 +265,6 @@ func (d *Deliverer) attempt(ctx context.Context, r Request) (Result, error) {
 // enough ago for its leases to be voided soon (storage.WorkerStale, less
 // a beat and a half for the request to start).
 func (d *Deliverer) leaseInDoubt() bool {
-	if d.alive == nil {
-		return false
-	}
 	ago, ok := d.alive.since(time.Now())
 	return ok && ago > storage.WorkerStale-3*heartbeatInterval/2
 }

@@ -100,13 +100,11 @@ func (m *metrics) recorded(r storage.Record) {
 	}
 }
 
-// replayed counts one replay of a background job.
+// replayed counts one replay of a background job (none when it failed
+// before its request: err).
 func (m *metrics) replayed(ok bool, err error) {
-	switch {
-	case err == nil && ok:
-		m.replays.WithLabelValues("succeeded").Inc()
-	case err == nil:
-		m.replays.WithLabelValues("failed").Inc()
+	if err == nil {
+		m.replays.WithLabelValues(map[bool]string{true: "succeeded", false: "failed"}[ok]).Inc()
 	}
 }
 

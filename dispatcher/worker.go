@@ -453,25 +453,19 @@ func (w *Worker) handleJob(ctx context.Context, t *asynq.Task) error {
 
 // retryDelay brings a *RetryAt task back at its time, never early: asynq
 // keeps retry times in whole seconds (truncated), so the delay is rounded
-// up to the next whole second. Other errors (PostgreSQL unreachable, say)
-// come back after errorRetry.
+// up to the next whole second. A task whose attempt failed with an error
+// (PostgreSQL unreachable, say) comes back after retried such failures
+// before (asynq counts only those: a RetryAt is no failure) a second after
+// the first, doubling up to errorRetryMax. So the deliveries whose claims
+// met a PostgreSQL restart go within a second or two of its end, and a
+// long outage costs a task a look every few seconds, not a storm.
 func retryDelay(retried int, err error, _ *asynq.Task) time.Duration {
 	var r *RetryAt
 	if !errors.As(err, &r) {
-		return errorRetry(retried)
+		return min(time.Second<<min(retried, 3), errorRetryMax) // capped before the shift overflows
 	}
 	at := r.At.Add(time.Second - time.Nanosecond).Truncate(time.Second) // r.At rounded up
 	return max(time.Until(at), 0)
-}
-
-// errorRetry is how soon a task whose attempt failed with an error comes
-// back, after retried such failures before (asynq counts only those: a
-// RetryAt is no failure): a second after the first, doubling up to
-// errorRetryMax. So the deliveries whose claims met a PostgreSQL restart
-// go within a second or two of its end, and a long outage costs a task a
-// look every few seconds, not a storm.
-func errorRetry(retried int) time.Duration {
-	return min(time.Second<<min(retried, 3), errorRetryMax) // capped before the shift overflows
 }
 
 const errorRetryMax = 5 * time.Second
