@@ -104,9 +104,11 @@ func (m *metrics) recorded(r storage.Record) {
 // before its request: err).
 func (m *metrics) replayed(ok bool, err error) {
 	if err == nil {
-		m.replays.WithLabelValues(map[bool]string{true: "succeeded", false: "failed"}[ok]).Inc()
+		m.replays.WithLabelValues(replayResults[ok]).Inc()
 	}
 }
+
+var replayResults = map[bool]string{true: "succeeded", false: "failed"}
 
 // backlogCollector reports, at each scrape, how long the longest-waiting
 // due delivery of each waiting status has waited and the background jobs

@@ -454,9 +454,9 @@ func (w *Worker) handleJob(ctx context.Context, t *asynq.Task) error {
 // retryDelay brings a *RetryAt task back at its time, never early: asynq
 // keeps retry times in whole seconds (truncated), so the delay is rounded
 // up to the next whole second. A task whose attempt failed with an error
-// (PostgreSQL unreachable, say) comes back after retried such failures
-// before (asynq counts only those: a RetryAt is no failure) a second after
-// the first, doubling up to errorRetryMax. So the deliveries whose claims
+// (PostgreSQL unreachable, say) comes back a second after its first such
+// failure, two after its second, and so on up to errorRetryMax (retried
+// counts only failures: a RetryAt is none). So the deliveries whose claims
 // met a PostgreSQL restart go within a second or two of its end, and a
 // long outage costs a task a look every few seconds, not a storm.
 func retryDelay(retried int, err error, _ *asynq.Task) time.Duration {
