@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"cmp"
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -10,17 +11,32 @@ import (
 	"github.com/webhookd/webhookd/storage"
 )
 
-// Retention purges deliveries, attempts and dead letters older than Keep,
-// and expired idempotency records, every Interval. One process at a time
-// makes a pass (a PostgreSQL advisory lock); the others skip theirs. A pass
-// deletes in statements of at most Batch rows.
+// Retention keeps the history's partitions (SPEC §4) every Interval: it
+// makes the days up to Ahead from now, drops each day that ended more than
+// Keep ago and holds nothing that waits, and purges row by row what is
+// older than Keep outside such days (the legacy and default partitions, a
+// day kept for a delivery that waits) and expired idempotency records. One
+// process at a time makes a pass (a PostgreSQL advisory lock); the others
+// skip theirs. A purge deletes in statements of at most Batch rows.
+//
+// With Archive, a day is written by it (archive.Archiver: written, read
+// back and verified) before it is dropped, and dropped only if its
+// partitions still hold the rows archived; a day whose archive fails is
+// kept (the Archiver logs, counts and reports it for /readyz) and tried
+// again next pass. The purge then leaves the days' rows alone
+// (storage.PurgeOutsideDays): they go only with their day, archived.
 type Retention struct {
 	DB       *storage.DB
 	Keep     time.Duration // default 336h (14 days)
 	Interval time.Duration // default 1h
+	Ahead    time.Duration // default 72h
 	Batch    int           // default storage.DefaultPurgeBatch
 	Clock    webhookd.Clock
 	Logger   *slog.Logger
+	// Archive, when set, archives a day's history before it goes
+	// (archive.Archiver.Archive, with WEBHOOKD_ARCHIVE_DIR) and returns its
+	// manifest's row counts; an error keeps the day.
+	Archive func(ctx context.Context, from, to time.Time) (storage.DayRows, error)
 
 	cancel context.CancelFunc
 	loop
@@ -30,12 +46,13 @@ type Retention struct {
 func (r *Retention) Start(ctx context.Context) {
 	r.Keep = cmp.Or(r.Keep, 336*time.Hour)
 	r.Interval = cmp.Or(r.Interval, time.Hour)
+	r.Ahead = cmp.Or(r.Ahead, 72*time.Hour)
 	ctx, r.cancel = context.WithCancel(ctx) // Stop ends a long pass between two statements
 	r.start(ctx, r.Interval, func(ctx context.Context) {
 		if _, p, err := r.RunOnce(ctx); err != nil && ctx.Err() == nil {
 			r.Logger.Warn("retention purge failed", "err", err)
 		} else if p != (storage.Purged{}) {
-			r.Logger.Info("retention purge", "deliveries", p.Deliveries, "events", p.Events,
+			r.Logger.Info("retention purge", "days_dropped", p.Days, "deliveries", p.Deliveries, "events", p.Events,
 				"idempotency_records", p.IdempotencyRecords)
 		}
 	})
@@ -54,8 +71,88 @@ func (r *Retention) Stop() {
 func (r *Retention) RunOnce(ctx context.Context) (ran bool, p storage.Purged, err error) {
 	ran, err = r.DB.AsLeader(ctx, "retention", func(ctx context.Context) error {
 		now := r.Clock.Now()
-		p, err = r.DB.Store().Purge(ctx, now.Add(-r.Keep), now, r.Batch)
+		store := r.DB.Store()
+		made, err := store.EnsurePartitions(ctx, now, r.Ahead)
+		for _, d := range made {
+			r.Logger.Info("history partition made", "day", d.Suffix, "from", d.Lo, "to", d.Hi)
+		}
+		if err != nil {
+			return err
+		}
+		if p.Days, err = r.dropDays(ctx, store, now.Add(-r.Keep)); err != nil {
+			return err
+		}
+		purge := store.Purge
+		if r.Archive != nil {
+			purge = store.PurgeOutsideDays
+		}
+		purged, err := purge(ctx, now.Add(-r.Keep), now, r.Batch)
+		purged.Days = p.Days
+		p = purged
 		return err
 	})
 	return ran, p, err
+}
+
+// dropDays drops the days that ended before cutoff and hold nothing that
+// waits — archived first with ArchiveDir — and returns how many it
+// dropped.
+func (r *Retention) dropDays(ctx context.Context, store *storage.Store, cutoff time.Time) (int64, error) {
+	days, err := store.Days(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var dropped int64
+	for _, d := range days {
+		if d.Hi.After(cutoff) {
+			break // days are oldest first
+		}
+		if r.Archive != nil {
+			err = r.archiveDay(ctx, store, d)
+		} else {
+			err = store.DropDay(ctx, d)
+		}
+		var af archiveFailure
+		switch {
+		case errors.Is(err, storage.ErrDayWaits):
+			r.Logger.Info("history partition kept: a delivery of that day still waits", "day", d.Suffix)
+		case errors.Is(err, storage.ErrDayChanged):
+			r.Logger.Info("history partition kept: its rows changed while it was archived; archived again next pass",
+				"day", d.Suffix, "err", err)
+		case errors.As(err, &af):
+			// The Archiver logged and counted it; the disk that failed one
+			// day would fail the next: stop here.
+			r.Logger.Warn("history partition kept: archiving it failed", "day", d.Suffix)
+			return dropped, nil
+		case err != nil:
+			return dropped, err
+		default:
+			dropped++
+		}
+	}
+	return dropped, nil
+}
+
+// archiveFailure is an archive of a day that failed: the day is kept.
+type archiveFailure struct{ err error }
+
+func (f archiveFailure) Error() string { return "archive: " + f.err.Error() }
+func (f archiveFailure) Unwrap() error { return f.err }
+
+// archiveDay archives day d unless a delivery of it still waits (then it
+// would be archived before it is done), then drops it if its partitions
+// still hold the rows archived.
+func (r *Retention) archiveDay(ctx context.Context, store *storage.Store, d storage.Day) error {
+	waits, err := store.DayWaits(ctx, d)
+	if err != nil {
+		return err
+	}
+	if waits {
+		return storage.ErrDayWaits
+	}
+	rows, err := r.Archive(ctx, d.Lo, d.Hi)
+	if err != nil {
+		return archiveFailure{err}
+	}
+	return store.DropArchivedDay(ctx, d, rows)
 }

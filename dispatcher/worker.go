@@ -64,6 +64,9 @@ type Config struct {
 	// purge runs; default 1h.
 	Retention         time.Duration
 	RetentionInterval time.Duration
+	// ArchiveDay, when set (WEBHOOKD_ARCHIVE_DIR), archives a day of
+	// history before retention drops it (Retention.Archive).
+	ArchiveDay func(ctx context.Context, from, to time.Time) (storage.DayRows, error)
 	// Circuit is the endpoints' circuit breaker and auto-disable; zero:
 	// DefaultCircuit. Circuit.After < 0 turns the breaker off,
 	// DisableAfter < 0 auto-disable.
@@ -225,7 +228,7 @@ func NewWorker(cfg Config) (*Worker, error) {
 		reconciler: &Reconciler{DB: cfg.DB, Queue: q, Interval: cfg.ReconcileInterval, Grace: cfg.ReconcileGrace,
 			Clock: clock, Logger: cfg.Logger, Observe: m.observeReconcile, Offered: m.offered.Add, Reenqueued: m.reenqueued.Add},
 		retention: &Retention{DB: cfg.DB, Keep: cfg.Retention, Interval: cfg.RetentionInterval, Clock: cfg.Clock,
-			Logger: cfg.Logger}}
+			Logger: cfg.Logger, Archive: cfg.ArchiveDay}}
 	w.reconciler.Attempt = w.attemptInBackground
 	// A probe whose task a worker took and never ran; should PostgreSQL
 	// fail it, the reconciler's next pass finds it overdue again.

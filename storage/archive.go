@@ -26,8 +26,11 @@ func archiveHeaders(col string) string {
 
 // archiveQueries select, per table, the rows of [$1, $2) as JSON objects
 // of the columns an archive keeps, by an allowlist: an event and a
-// delivery by their created_at, a delivery's attempts and dead letter with
-// their delivery, wherever their own times fall.
+// delivery by the time of their id (idBound: ids are ULIDs), a delivery's
+// attempts and dead letter with their delivery, wherever their own times
+// fall. A range of id times is what a day's partitions hold (migration
+// 24), so the archive of a day is exactly the partitions retention drops
+// after it.
 //
 // Left out: endpoint secrets, keys, portal tokens and idempotency records
 // (other tables); the signature and credential headers of attempts
@@ -40,27 +43,25 @@ func archiveHeaders(col string) string {
 var archiveQueries = map[string]string{
 	"events": `SELECT json_build_object('id', id, 'project_id', project_id, 'type', type, 'data', data,
 			'external_id', external_id, 'created_at', created_at, 'trace_parent', trace_parent)::text
-		FROM events WHERE created_at >= $1 AND created_at < $2 ORDER BY created_at, id`,
+		FROM events WHERE id >= $1 AND id < $2 ORDER BY id`,
 	"deliveries": `SELECT json_build_object('id', id, 'project_id', project_id, 'event_id', event_id,
 			'endpoint_id', endpoint_id, 'event_type', event_type, 'status', status, 'trigger', trigger,
 			'attempts_count', attempts_count, 'auto_attempts', auto_attempts, 'next_attempt_at', next_attempt_at,
 			'waiting_reason', waiting_reason, 'last_status_code', last_status_code, 'last_error', last_error,
 			'created_at', created_at, 'updated_at', updated_at)::text
-		FROM deliveries WHERE created_at >= $1 AND created_at < $2 ORDER BY created_at, id`,
+		FROM deliveries WHERE id >= $1 AND id < $2 ORDER BY id`,
 	"attempts": `SELECT json_build_object('delivery_id', a.delivery_id, 'number', a.number, 'request_id', a.request_id,
 			'origin', regexp_replace(substring(a.url from '^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*'), '//[^@]*@', '//'),
 			'trigger', a.trigger, 'status_code', a.status_code, 'error', a.error, 'duration_ms', a.duration_ms,
 			'started_at', a.started_at, 'request_headers', ` + archiveHeaders("a.request_headers") + `,
 			'response_headers', ` + archiveHeaders("a.response_headers") + `, 'response_body', replace(a.response_body, coalesce(a.request_headers->>'Webhook-Signature', ''), '[signature removed]'),
 			'trace_id', a.trace_id)::text
-		FROM deliveries d JOIN attempts a ON a.delivery_id = d.id
-		WHERE d.created_at >= $1 AND d.created_at < $2 ORDER BY a.delivery_id, a.number, a.started_at`,
+		FROM attempts a WHERE a.delivery_id >= $1 AND a.delivery_id < $2 ORDER BY a.delivery_id, a.number, a.started_at`,
 	"dead_letters": `SELECT json_build_object('id', l.id, 'project_id', l.project_id, 'delivery_id', l.delivery_id,
 			'event_id', l.event_id, 'endpoint_id', l.endpoint_id, 'event_type', l.event_type, 'reason', l.reason,
 			'last_status_code', l.last_status_code, 'dead_lettered_at', l.dead_lettered_at,
 			'replayed_at', l.replayed_at, 'replayed_by', l.replayed_by)::text
-		FROM deliveries d JOIN dead_letters l ON l.delivery_id = d.id
-		WHERE d.created_at >= $1 AND d.created_at < $2 ORDER BY l.id`,
+		FROM dead_letters l WHERE l.delivery_id >= $1 AND l.delivery_id < $2 ORDER BY l.id`,
 }
 
 // ArchiveRows calls fn with every row of the history of [from, to), table
@@ -75,7 +76,11 @@ func (db *DB) ArchiveRows(ctx context.Context, from, to time.Time, fn func(table
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
 	for _, table := range ArchiveTables {
-		rows, err := tx.Query(ctx, archiveQueries[table], from, to)
+		prefix := prefixDelivery // attempts and dead letters by their delivery's id
+		if table == "events" {
+			prefix = prefixEvent
+		}
+		rows, err := tx.Query(ctx, archiveQueries[table], idBound(prefix, from), idBound(prefix, to))
 		if err != nil {
 			return fmt.Errorf("archive %s: %w", table, err)
 		}

@@ -42,6 +42,8 @@ type DB struct {
 	cache endpointCache // the endpoints event requests match, per project
 
 	turns strandedTurns // leader turns this process could not give up (AsLeader)
+
+	days dayRoutes // the day partition of an id (migration 25)
 }
 
 // Config tells Open where PostgreSQL is.
@@ -206,7 +208,7 @@ func (s *Store) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 
 // Unique-constraint names recognised at the boundary.
 const (
-	constraintExternalID = "events_external_id_key"
+	constraintExternalID = "event_external_ids_key"
 )
 
 // translate maps database errors to application errors: no rows becomes

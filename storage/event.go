@@ -73,9 +73,8 @@ type eventRows struct {
 // now, per target endpoint; it returns the events.
 // fifo names the target endpoints whose ordering is fifo.
 func (r *eventRows) add(projectID string, evs []NewEvent, targets [][]string, fifo map[string]bool, now time.Time) []webhookd.Event {
-	ids := make([]string, len(evs))
+	ids := newIDsTime(prefixEvent, now, len(evs)) // their time is their created_at's: the day partition they go to
 	for i, ev := range evs {
-		ids[i] = newID(prefixEvent)
 		r.ids, r.projects, r.types = append(r.ids, ids[i]), append(r.projects, projectID), append(r.types, ev.Type)
 		r.data, r.ext, r.at = append(r.data, string(ev.Data)), append(r.ext, ev.ExternalID), append(r.at, now)
 		if ev.TraceParent != "" || r.traceParents != nil {
@@ -120,7 +119,7 @@ func (d *deliveryRows) add(projectID string, evs []NewEvent, ids []string, targe
 		e := webhookd.Event{ID: ids[i], ProjectID: projectID, Type: ev.Type, Data: ev.Data,
 			ExternalID: ev.ExternalID, CreatedAt: now, Deliveries: make([]webhookd.DeliveryRef, 0, len(targets[i]))}
 		for _, ep := range targets[i] {
-			ref := webhookd.DeliveryRef{ID: newID(prefixDelivery), EndpointID: ep, Status: webhookd.DeliveryPending}
+			ref := webhookd.DeliveryRef{ID: newIDAt(prefixDelivery, e.ID), EndpointID: ep, Status: webhookd.DeliveryPending}
 			e.Deliveries = append(e.Deliveries, ref)
 			d.ids, d.projects, d.events = append(d.ids, ref.ID), append(d.projects, projectID), append(d.events, e.ID)
 			d.endpoints, d.types = append(d.endpoints, ep), append(d.types, e.Type)

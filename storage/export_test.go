@@ -1,5 +1,11 @@
 package storage
 
+import (
+	"context"
+
+	"github.com/pressly/goose/v3"
+)
+
 // SetBeforeGroup makes g call f as each group of n requests begins.
 func SetBeforeGroup(g *Ingester, f func(n int)) { g.beforeGroup = f }
 
@@ -22,3 +28,14 @@ func Groups(g *Ingester) int64 {
 
 // PlanSettings is the statement that makes the hot statements' plans.
 const PlanSettings = planSettings
+
+// IDBound is idBound: the smallest id of prefix minted at t or later.
+var IDBound = idBound
+
+// MigrateTo applies the migrations up to version, and no further.
+func MigrateTo(ctx context.Context, db *DB, version int64) error {
+	return db.withMigrations(ctx, func(p *goose.Provider) error {
+		_, err := p.UpTo(ctx, version)
+		return err
+	})
+}

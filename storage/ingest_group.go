@@ -333,9 +333,9 @@ const writeGroupSQL = `
 			FROM endpoints e WHERE e.project_id = t.p AND e.deleted_at IS NULL
 				AND (e.id = ANY($12) OR e.status = 'active' AND (e.event_types = '{}' OR e.event_types && $13::text[])))
 	), taken AS MATERIALIZED (
-		SELECT t.req, t.x, e.id
+		SELECT t.req, t.x, e.event_id AS id
 		FROM unnest($14::int8[], $15::text[]) AS t(req, x)
-			JOIN events e ON e.project_id = ($1::text[])[t.req] AND e.external_id = t.x
+			JOIN event_external_ids e ON e.project_id = ($1::text[])[t.req] AND e.external_id = t.x
 	), ready AS MATERIALIZED (
 		SELECT r.* FROM req r
 		WHERE r.project_id = ANY (ARRAY(SELECT p FROM fresh)) AND r.ord <> ALL (ARRAY(SELECT req FROM taken))
@@ -360,6 +360,10 @@ const writeGroupSQL = `
 		FROM unnest($16::text[], $17::text[], $18::text[], $19::text[], $20::text[], $21::timestamptz[], $22::int8[],
 			$32::text[]) AS t(id, prj, typ, data, ext, at, req, tp)
 		WHERE t.req = ANY (ARRAY(SELECT ord FROM go))
+		RETURNING id, project_id, external_id
+	), xid AS ( -- external ids are unique per project here: events are partitioned by id
+		INSERT INTO event_external_ids (project_id, external_id, event_id)
+		SELECT project_id, external_id, id FROM ev WHERE external_id IS NOT NULL
 	), dl AS (
 		INSERT INTO deliveries (id, project_id, event_id, endpoint_id, event_type, trigger, status, next_attempt_at, created_at,
 			updated_at, fifo_seq)

@@ -371,8 +371,9 @@ func TestIngesterGroupFailureRunsEachAlone(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO events (id, project_id, type, data, external_id, created_at)
-			VALUES ($1, $2, 'a', '1', $3, now())`, "evt_HELD"+external, p, external); err != nil {
+		if _, err := tx.Exec(ctx, `WITH e AS (INSERT INTO events (id, project_id, type, data, external_id, created_at)
+				VALUES ($1, $2, 'a', '1', $3, now()))
+			INSERT INTO event_external_ids VALUES ($2, $3, $1)`, "evt_HELD"+external, p, external); err != nil {
 			t.Fatal(err)
 		}
 		return tx

@@ -100,83 +100,102 @@ type Lease struct {
 // is due again, as after any lease that runs out. Records, which must not
 // be lost, commit durably.
 func (db *DB) ClaimDeliveries(ctx context.Context, now, until time.Time, cs []Claim) ([]Lease, error) {
-	ids, tokens, modes, reqs, workers := make([]string, len(cs)), make([]string, len(cs)), make([]int32, len(cs)), make([]string, len(cs)), make([]string, len(cs))
+	ids := make([]string, len(cs))
 	for i, c := range cs {
-		ids[i], tokens[i], modes[i], reqs[i], workers[i] = c.DeliveryID, c.Token, int32(c.Mode), c.RequestID, c.Worker
+		ids[i] = c.DeliveryID
 	}
 	// The claim joins its rows to deliveries, events and endpoints by key:
-	// planSettings keeps its generic plan to index lookups.
+	// planSettings keeps its generic plan to index lookups. It names the
+	// partitions of the day its deliveries are in (dayRoutes), one
+	// statement a day, all in one batch.
 	out := make([]Lease, len(cs))
 	b := &pgx.Batch{}
 	b.Queue(planSettings)
-	b.Queue(`WITH c AS (
+	suffixes, groups := db.days.byDay(ctx, db.pool, ids)
+	for g, group := range groups {
+		n := len(group)
+		gids, tokens, modes, reqs, workers := make([]string, n), make([]string, n), make([]int32, n), make([]string, n), make([]string, n)
+		for j, i := range group {
+			c := cs[i]
+			gids[j], tokens[j], modes[j], reqs[j], workers[j] = c.DeliveryID, c.Token, int32(c.Mode), c.RequestID, c.Worker
+		}
+		b.Queue(claimSQL(suffixes[g]), gids, tokens, modes, reqs, now, until, workers).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var (
+					ord     int
+					l       Lease
+					deleted *time.Time
+				)
+				d, ev, ep := &l.Delivery, &l.Event, &l.Endpoint
+				if err := rows.Scan(&ord, &l.Held, &d.ID, &d.ProjectID, &d.EventID, &d.EndpointID, &d.EventType, &d.Status,
+					&d.AttemptsCount, &d.NextAttemptAt, &d.LastStatusCode, &d.LastError, &d.CreatedAt, &d.UpdatedAt, &d.WaitingReason,
+					&l.AutoAttempts, &l.OtherUntil,
+					&ev.Type, &ev.Data, &ev.ExternalID, &ev.CreatedAt,
+					&ep.URL, &ep.Status, &ep.Secret, &ep.PreviousSecret, &ep.PreviousExpiresAt, &ep.RateLimitPerSecond, &deleted,
+					&l.MaxInFlight, &l.Trigger, &l.ManualRequest, &l.ManualBy, &ep.Circuit, &ep.ProbeAt, &l.Failures,
+					&l.FIFO, &l.Behind, &l.Now, &l.TraceParent, &ep.Transformation); err != nil {
+					return err
+				}
+				// A secret this process cannot open fails this claim's attempt
+				// alone: failing the call would fail every claim beside it, on
+				// every try, and the delivery would never run out of attempts.
+				l.SecretErr = db.box.openSecrets(&ep.Secret, &ep.PreviousSecret)
+				i := group[ord-1]
+				l.Found, l.Token = true, cs[i].Token
+				ev.ID, ev.ProjectID = d.EventID, d.ProjectID
+				ep.ID, ep.ProjectID = d.EndpointID, d.ProjectID
+				l.EndpointDeleted = deleted != nil
+				if l.Held {
+					l.OtherUntil = nil
+				}
+				out[i] = l
+			}
+			return rows.Err()
+		})
+	}
+	if err := db.pool.SendBatch(ctx, b).Close(); err != nil {
+		db.days.forget(err)
+		return nil, fmt.Errorf("claim deliveries: %w", err)
+	}
+	return out, nil
+}
+
+// claimSQL is the claim of deliveries in the day partitions of suffix (the
+// parents for "").
+func claimSQL(suffix string) string {
+	return strings.NewReplacer("{deliveries}", partition("deliveries", suffix), "{events}", partition("events", suffix)).
+		Replace(claimTemplate)
+}
+
+// claimTemplate is ClaimDeliveries' statement, with the tables it looks
+// rows up in by key as {deliveries} and {events}. Whether a FIFO delivery
+// has one ahead of it is asked of webhookd_fifo_ahead (migration 25), a
+// PL/pgSQL function over all of deliveries, whose plan (and the locks of
+// every partition it names) is only run for a FIFO delivery.
+const claimTemplate = `WITH c AS (
 			SELECT * FROM unnest($1::text[], $2::text[], $3::int4[], $4::text[], $7::text[]) WITH ORDINALITY AS c(id, token, mode, request_id, worker, ord)
 			WHERE set_config('synchronous_commit', 'off', true) = 'off'
 		), held AS (
-			UPDATE deliveries d SET lease_owner = c.token, lease_until = $6, lease_worker = NULLIF(c.worker, ''),
+			UPDATE {deliveries} d SET lease_owner = c.token, lease_until = $6, lease_worker = NULLIF(c.worker, ''),
 				waiting_reason = NULL
 			FROM c WHERE d.id = c.id AND (d.lease_until IS NULL OR d.lease_until <= greatest($5, now())
 				OR d.lease_owner = c.token) AND CASE c.mode
 				WHEN 0 THEN d.status IN ('pending', 'retrying') AND d.next_attempt_at <= greatest($5, now())
-					AND (d.fifo_seq IS NULL OR NOT EXISTS (`+fifoAhead+`))
+					AND (d.fifo_seq IS NULL OR NOT webhookd_fifo_ahead(d.endpoint_id, d.fifo_seq))
 				WHEN 1 THEN d.manual_request_id = c.request_id
 				WHEN 2 THEN d.status = 'dead_letter'
 				WHEN 3 THEN true
 				ELSE false END
 			RETURNING c.token
 		)
-		SELECT c.ord, held.token IS NOT NULL, `+deliveryColumns+`, d.auto_attempts, d.lease_until,
+		SELECT c.ord, held.token IS NOT NULL, ` + deliveryColumns + `, d.auto_attempts, d.lease_until,
 			e.type, e.data, e.external_id, e.created_at,
 			p.url, p.status, p.secret, p.previous_secret, p.previous_expires_at, p.rate_limit_per_second, p.deleted_at,
 			p.max_in_flight, d.trigger, d.manual_request_id, d.manual_requested_by, p.circuit, p.probe_at, p.failures,
-			d.fifo_seq IS NOT NULL, d.fifo_seq IS NOT NULL AND EXISTS (`+fifoAhead+`), now(), coalesce(e.trace_parent, ''),
+			d.fifo_seq IS NOT NULL, d.fifo_seq IS NOT NULL AND webhookd_fifo_ahead(d.endpoint_id, d.fifo_seq), now(), coalesce(e.trace_parent, ''),
 			p.transformation
-		FROM c JOIN deliveries d ON d.id = c.id JOIN events e ON e.id = d.event_id JOIN endpoints p ON p.id = d.endpoint_id
-			LEFT JOIN held ON held.token = c.token`,
-		ids, tokens, modes, reqs, now, until, workers).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			var (
-				ord     int
-				l       Lease
-				deleted *time.Time
-			)
-			d, ev, ep := &l.Delivery, &l.Event, &l.Endpoint
-			if err := rows.Scan(&ord, &l.Held, &d.ID, &d.ProjectID, &d.EventID, &d.EndpointID, &d.EventType, &d.Status,
-				&d.AttemptsCount, &d.NextAttemptAt, &d.LastStatusCode, &d.LastError, &d.CreatedAt, &d.UpdatedAt, &d.WaitingReason,
-				&l.AutoAttempts, &l.OtherUntil,
-				&ev.Type, &ev.Data, &ev.ExternalID, &ev.CreatedAt,
-				&ep.URL, &ep.Status, &ep.Secret, &ep.PreviousSecret, &ep.PreviousExpiresAt, &ep.RateLimitPerSecond, &deleted,
-				&l.MaxInFlight, &l.Trigger, &l.ManualRequest, &l.ManualBy, &ep.Circuit, &ep.ProbeAt, &l.Failures,
-				&l.FIFO, &l.Behind, &l.Now, &l.TraceParent, &ep.Transformation); err != nil {
-				return err
-			}
-			// A secret this process cannot open fails this claim's attempt
-			// alone: failing the call would fail every claim beside it, on
-			// every try, and the delivery would never run out of attempts.
-			l.SecretErr = db.box.openSecrets(&ep.Secret, &ep.PreviousSecret)
-			l.Found, l.Token = true, cs[ord-1].Token
-			ev.ID, ev.ProjectID = d.EventID, d.ProjectID
-			ep.ID, ep.ProjectID = d.EndpointID, d.ProjectID
-			l.EndpointDeleted = deleted != nil
-			if l.Held {
-				l.OtherUntil = nil
-			}
-			out[ord-1] = l
-		}
-		return rows.Err()
-	})
-	if err := db.pool.SendBatch(ctx, b).Close(); err != nil {
-		return nil, fmt.Errorf("claim deliveries: %w", err)
-	}
-	return out, nil
-}
-
-// fifoAhead finds a delivery ahead of d in its ordered endpoint's queue
-// that is still waiting (deliveries_fifo_idx). An automatic attempt takes
-// only the head of the queue, and the head only once (its lease): so one
-// attempt at a time, in order, however many workers claim at once.
-const fifoAhead = `SELECT 1 FROM deliveries h WHERE h.endpoint_id = d.endpoint_id AND h.fifo_seq < d.fifo_seq
-	AND h.fifo_seq IS NOT NULL AND h.status IN ('pending', 'retrying')`
+		FROM c JOIN {deliveries} d ON d.id = c.id JOIN {events} e ON e.id = d.event_id JOIN endpoints p ON p.id = d.endpoint_id
+			LEFT JOIN held ON held.token = c.token`
 
 // FIFOHead returns the delivery at the head of an ordered endpoint's queue
 // (the first still waiting), or "" when the queue is empty.
@@ -255,10 +274,17 @@ type Record struct {
 // can do either runs as one implicit transaction, without the extra round
 // trips of an explicit one: it is the hottest statement there is.
 func (db *DB) RecordAttempts(ctx context.Context, rs []Record) ([]bool, []webhookd.ScheduledDelivery, error) {
-	args := recordArgs(rs)
+	// Routed before a transaction holds a connection: a day not known yet
+	// is read from the pool.
+	ids := make([]string, len(rs))
+	for i, r := range rs {
+		ids[i] = r.Lease.Delivery.ID
+	}
+	suffixes, groups := db.days.byDay(ctx, db.pool, ids)
 	if !slices.ContainsFunc(rs, mayTell) {
-		applied, _, err := runRecords(ctx, db.pool, args, false)
+		applied, _, err := runRecords(ctx, db.pool, rs, suffixes, groups, false)
 		if err != nil {
+			db.days.forget(err)
 			return nil, nil, fmt.Errorf("record attempts: %w", err)
 		}
 		return applied, nil, nil
@@ -272,7 +298,7 @@ func (db *DB) RecordAttempts(ctx context.Context, rs []Record) ([]bool, []webhoo
 			disabled []bool
 			err      error
 		)
-		if applied, disabled, err = runRecords(ctx, tx, args, true); err != nil {
+		if applied, disabled, err = runRecords(ctx, tx, rs, suffixes, groups, true); err != nil {
 			return err
 		}
 		made, err := insertOperationalEvents(ctx, tx, recordEvents(rs, applied, disabled))
@@ -282,6 +308,7 @@ func (db *DB) RecordAttempts(ctx context.Context, rs []Record) ([]bool, []webhoo
 		return err
 	})
 	if err != nil {
+		db.days.forget(err)
 		return nil, nil, fmt.Errorf("record attempts: %w", err)
 	}
 	return applied, ds, nil
@@ -333,7 +360,7 @@ type batchSender interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
-// runRecords runs recordSQL with args (recordArgs) and tells, per record,
+// runRecords runs recordSQL for rs (recordArgs) and tells, per record,
 // whether it applied and whether it is the one that disabled its endpoint.
 // more: statements follow in the same transaction.
 //
@@ -343,22 +370,29 @@ type batchSender interface {
 // analyzed, would scan the whole table on every run as it grows. So it
 // runs a generic plan made without sequential scans (planSettings); with
 // more, the settings are put back after it for the statements that follow.
-func runRecords(ctx context.Context, q batchSender, args []any, more bool) (applied, disabled []bool, err error) {
-	n := len(args[0].([]string)) // the records' ids
-	applied, disabled = make([]bool, n), make([]bool, n)
+// It names the partitions of the day its deliveries are in (dayRoutes.byDay
+// gave suffixes and groups): one statement a day, all in one batch.
+func runRecords(ctx context.Context, q batchSender, rs []Record, suffixes []string, groups [][]int, more bool) (applied, disabled []bool, err error) {
+	applied, disabled = make([]bool, len(rs)), make([]bool, len(rs))
 	b := &pgx.Batch{}
 	b.Queue(planSettings)
-	b.Queue(recordSQL, args...).Query(func(rows pgx.Rows) error {
-		var (
-			ord int
-			dis bool
-		)
-		_, err := pgx.ForEachRow(rows, []any{&ord, &dis}, func() error {
-			applied[ord-1], disabled[ord-1] = true, dis
-			return nil
+	for g, group := range groups {
+		sub := make([]Record, len(group))
+		for j, i := range group {
+			sub[j] = rs[i]
+		}
+		b.Queue(recordSQL(suffixes[g]), recordArgs(sub)...).Query(func(rows pgx.Rows) error {
+			var (
+				ord int
+				dis bool
+			)
+			_, err := pgx.ForEachRow(rows, []any{&ord, &dis}, func() error {
+				applied[group[ord-1]], disabled[group[ord-1]] = true, dis
+				return nil
+			})
+			return err
 		})
-		return err
-	})
+	}
 	if more {
 		b.Queue(resetPlanSettings)
 	}
@@ -432,10 +466,19 @@ func recordArgs(rs []Record) []any {
 		aTraceIDs}
 }
 
-// recordSQL applies records where their lease is held, and returns the
-// ordinal of each record applied, with whether it disabled its endpoint
-// (one record per endpoint disabled).
-const recordSQL = `WITH r AS (
+// recordSQL is recordTemplate for deliveries in the day partitions of
+// suffix (the parents for "").
+func recordSQL(suffix string) string {
+	return strings.NewReplacer("{deliveries}", partition("deliveries", suffix),
+		"{dead_letters}", partition("dead_letters", suffix)).Replace(recordTemplate)
+}
+
+// recordTemplate applies records where their lease is held, and returns
+// the ordinal of each record applied, with whether it disabled its
+// endpoint (one record per endpoint disabled). The rows it updates by key
+// are in {deliveries} and {dead_letters}; it inserts through the parents,
+// which open only the partition a row goes to.
+const recordTemplate = `WITH r AS (
 		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int4[], $5::int4[], $6::timestamptz[],
 			$7::int4[], $8::text[], $9::bool[], $10::text[], $11::text[], $12::text[], $13::text[], $14::bool[],
 			$15::timestamptz[], $16::int4[], $17::text[], $18::text[], $19::text[], $20::int8[], $21::timestamptz[],
@@ -445,7 +488,7 @@ const recordSQL = `WITH r AS (
 			now, a_number, a_request_id, a_url, a_trigger, a_duration_ms, a_started_at,
 			a_request_headers, a_response_headers, a_body, waiting, a_trace_id, ord)
 	), u AS (
-		UPDATE deliveries d SET status = r.status, attempts_count = r.attempts_count, auto_attempts = r.auto_attempts,
+		UPDATE {deliveries} d SET status = r.status, attempts_count = r.attempts_count, auto_attempts = r.auto_attempts,
 			next_attempt_at = r.next_attempt_at, waiting_reason = NULLIF(r.waiting, ''),
 			last_status_code = r.last_status_code, last_error = r.last_error,
 			updated_at = r.now,
@@ -468,7 +511,7 @@ const recordSQL = `WITH r AS (
 		ON CONFLICT (delivery_id) DO UPDATE SET reason = EXCLUDED.reason, last_status_code = EXCLUDED.last_status_code,
 			dead_lettered_at = EXCLUDED.dead_lettered_at, replayed_at = NULL, replayed_by = NULL
 	), dlu AS (
-		UPDATE dead_letters x SET
+		UPDATE {dead_letters} x SET
 			last_status_code = CASE WHEN r.dl_op = 'update' THEN r.last_status_code ELSE x.last_status_code END,
 			replayed_at = CASE WHEN r.dl_op = 'replayed' THEN r.now ELSE x.replayed_at END,
 			replayed_by = CASE WHEN r.dl_op = 'replayed' THEN r.replayed_by ELSE x.replayed_by END
@@ -512,11 +555,12 @@ const resetPlanSettings = `SELECT set_config(name, reset_val, true) FROM pg_sett
 // before the commit returns: lost in a crash, it is a lease that runs out.
 func (db *DB) ReleaseLease(ctx context.Context, deliveryID, token, reason string, at time.Time) (bool, error) {
 	var waits bool
+	d := partition("deliveries", db.days.suffix(ctx, db.pool, deliveryID)) // its day's partition (dayRoutes)
 	err := db.pool.QueryRow(ctx, `WITH w AS (
-			SELECT $3 <> '' AND ($3 <> 'circuit_open' OR EXISTS (SELECT 1 FROM endpoints p, deliveries d
+			SELECT $3 <> '' AND ($3 <> 'circuit_open' OR EXISTS (SELECT 1 FROM endpoints p, `+d+` d
 				WHERE d.id = $1 AND p.id = d.endpoint_id AND (p.circuit <> 'closed' OR `+isRelay+`) FOR SHARE OF p)) AS waits
 		)
-		UPDATE deliveries SET lease_owner = NULL, lease_until = NULL,
+		UPDATE `+d+` SET lease_owner = NULL, lease_until = NULL,
 			next_attempt_at = CASE WHEN $3 = '' OR status NOT IN ('pending', 'retrying') THEN next_attempt_at
 				WHEN (SELECT waits FROM w) THEN CASE WHEN $3 = 'circuit_open' THEN $4 ELSE `+keepPlace("$4", "next_attempt_at", "$5")+` END
 				ELSE least(next_attempt_at, now()) END,
@@ -528,6 +572,7 @@ func (db *DB) ReleaseLease(ctx context.Context, deliveryID, token, reason string
 		return true, nil // the lease was not ours any more
 	}
 	if err != nil {
+		db.days.forget(err)
 		return false, fmt.Errorf("release lease of %s: %w", deliveryID, err)
 	}
 	return waits, nil

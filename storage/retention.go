@@ -12,6 +12,7 @@ const DefaultPurgeBatch = 1000
 
 // Purged counts what one retention pass removed.
 type Purged struct {
+	Days               int64 // days of partitions dropped whole (Retention)
 	Deliveries         int64 // with their attempts and dead letters
 	Events             int64 // left with no deliveries
 	IdempotencyRecords int64
@@ -29,6 +30,20 @@ type Purged struct {
 // huge transaction. When ctx ends it stops between statements and returns
 // what it removed so far with ctx's error.
 func (s *Store) Purge(ctx context.Context, cutoff, now time.Time, batch int) (Purged, error) {
+	return s.purge(ctx, cutoff, now, batch, "")
+}
+
+// PurgeOutsideDays is Purge for a history that is archived: it purges only
+// the rows outside every day (the default partitions), for a day's rows go
+// only with their day, once it is archived — a day kept for a delivery
+// that waits keeps all of them meanwhile.
+func (s *Store) PurgeOutsideDays(ctx context.Context, cutoff, now time.Time, batch int) (Purged, error) {
+	return s.purge(ctx, cutoff, now, batch, "_default")
+}
+
+// purge is Purge, selecting deliveries and events from the partitions of
+// suffix (the parents when "").
+func (s *Store) purge(ctx context.Context, cutoff, now time.Time, batch int, suffix string) (Purged, error) {
 	if batch <= 0 {
 		batch = DefaultPurgeBatch
 	}
@@ -36,19 +51,22 @@ func (s *Store) Purge(ctx context.Context, cutoff, now time.Time, batch int) (Pu
 	var err error
 	// The conditions are repeated outside the subquery so that a delivery
 	// leased or redelivered meanwhile is rechecked on its new row and kept.
-	// A delivery's attempts go with it (attempts keep no foreign key: its
+	// A delivery's attempts and dead letter go with it (neither keeps a
+	// foreign key, migrations 7 and 24: its
 	// check on every recorded attempt cost more than the attempt's own
 	// write). A delivery is purged only while no lease is on it, so no
 	// attempt of it can be recorded meanwhile.
 	if p.Deliveries, err = s.purgeBatches(ctx, "deliveries", `WITH gone AS (
 			DELETE FROM deliveries WHERE id IN (
-				SELECT id FROM deliveries WHERE created_at < $1 AND next_attempt_at IS NULL
+				SELECT id FROM deliveries`+suffix+` WHERE created_at < $1 AND next_attempt_at IS NULL
 					AND manual_request_id IS NULL AND lease_owner IS NULL
 				ORDER BY created_at LIMIT $2)
 			AND next_attempt_at IS NULL AND manual_request_id IS NULL AND lease_owner IS NULL
 			RETURNING id
 		), attempts_gone AS (
 			DELETE FROM attempts WHERE delivery_id IN (SELECT id FROM gone)
+		), dead_letters_gone AS (
+			DELETE FROM dead_letters WHERE delivery_id IN (SELECT id FROM gone)
 		)
 		SELECT count(*) FROM gone`, cutoff, batch); err != nil {
 		return p, err
@@ -57,10 +75,12 @@ func (s *Store) Purge(ctx context.Context, cutoff, now time.Time, batch int) (Pu
 	// with none left keeps none.
 	if p.Events, err = s.purgeBatches(ctx, "events", `WITH gone AS (
 			DELETE FROM events WHERE id IN (
-				SELECT e.id FROM events e WHERE e.created_at < $1
+				SELECT e.id FROM events`+suffix+` e WHERE e.created_at < $1
 					AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id)
 				ORDER BY e.created_at LIMIT $2)
-			RETURNING 1
+			RETURNING id, external_id
+		), external_ids_gone AS (
+			DELETE FROM event_external_ids WHERE event_id IN (SELECT id FROM gone WHERE external_id IS NOT NULL)
 		) SELECT count(*) FROM gone`, cutoff, batch); err != nil {
 		return p, err
 	}

@@ -28,14 +28,25 @@ type Hold struct {
 // holds, and (with a time) that was due at now: one that an attempt took
 // meanwhile keeps what that attempt wrote.
 func (db *DB) HoldBack(ctx context.Context, now time.Time, hs []Hold) error {
-	ids, reasons, untils := make([]string, len(hs)), make([]string, len(hs)), make([]*time.Time, len(hs))
-	for i, h := range hs {
-		ids[i], reasons[i], untils[i] = h.DeliveryID, h.Reason, h.Until
+	if len(hs) == 0 {
+		return nil
 	}
-	// behind is evaluated only for an ordered endpoint's delivery: the
-	// others pay nothing for it.
-	behind := "d.fifo_seq IS NOT NULL AND EXISTS (" + fifoAhead + ")"
-	_, err := db.pool.Exec(ctx, `UPDATE deliveries d SET waiting_reason = CASE WHEN `+behind+` THEN 'fifo_turn' ELSE w.reason END,
+	all := make([]string, len(hs))
+	for i, h := range hs {
+		all[i] = h.DeliveryID
+	}
+	// One statement per day of the deliveries, naming its partition
+	// (dayRoutes), all in one batch. behind is evaluated only for an
+	// ordered endpoint's delivery: the others pay nothing for it.
+	behind := "d.fifo_seq IS NOT NULL AND webhookd_fifo_ahead(d.endpoint_id, d.fifo_seq)"
+	b := &pgx.Batch{}
+	suffixes, groups := db.days.byDay(ctx, db.pool, all)
+	for g, group := range groups {
+		ids, reasons, untils := make([]string, len(group)), make([]string, len(group)), make([]*time.Time, len(group))
+		for j, i := range group {
+			ids[j], reasons[j], untils[j] = hs[i].DeliveryID, hs[i].Reason, hs[i].Until
+		}
+		b.Queue(`UPDATE `+partition("deliveries", suffixes[g])+` d SET waiting_reason = CASE WHEN `+behind+` THEN 'fifo_turn' ELSE w.reason END,
 			next_attempt_at = CASE WHEN w.until IS NULL OR `+behind+` THEN d.next_attempt_at
 				ELSE `+keepPlace("w.until", "d.next_attempt_at", "$5")+` END
 		FROM unnest($1::text[], $2::text[], $3::timestamptz[]) AS w(id, reason, until)
@@ -43,7 +54,9 @@ func (db *DB) HoldBack(ctx context.Context, now time.Time, hs []Hold) error {
 			AND (d.lease_until IS NULL OR d.lease_until <= greatest($4, now()))
 			AND (w.until IS NULL OR d.next_attempt_at <= greatest($4, now()))
 			AND set_config('synchronous_commit', 'off', true) = 'off'`, ids, reasons, untils, now, HoldFor)
-	if err != nil {
+	}
+	if err := db.pool.SendBatch(ctx, b).Close(); err != nil {
+		db.days.forget(err)
 		return fmt.Errorf("hold back deliveries: %w", err)
 	}
 	return nil

@@ -112,6 +112,12 @@ func generateHistory(ctx context.Context, o *historyOptions, now time.Time) (*hi
 	}
 	end := historyEnd(now)
 	start := end.AddDate(0, 0, -o.Days)
+	// The new database's day partitions (migration 25) begin at the
+	// history's first day, so that each day lands in its own, as it would
+	// have had webhookd written it.
+	if err := db.Store().StartDaysAt(ctx, start, now, 72*time.Hour); err != nil {
+		return nil, err
+	}
 	progress("history: %d deliveries over %d days, %s to %s, %d projects, %d endpoints, %d streams",
 		o.Deliveries, o.Days, start.Format(time.DateOnly), end.Format(time.DateOnly), o.Projects, o.Endpoints, o.Streams)
 

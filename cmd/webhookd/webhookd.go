@@ -187,6 +187,17 @@ func (m *Main) Start(ctx context.Context, roles Roles) error {
 	}
 	wcfg.Relays, wcfg.HTTP.Relay = m.Relay, m.Relay
 	if roles.Worker {
+		// Retention archives each day before it drops it.
+		if err := m.openArchiver(); err != nil {
+			return err
+		}
+		if a := m.Archiver; a != nil {
+			wcfg.ArchiveDay = func(ctx context.Context, from, to time.Time) (storage.DayRows, error) {
+				mf, err := a.Archive(ctx, from, to)
+				return storage.DayRows{Events: mf.Rows("events"), Deliveries: mf.Rows("deliveries"),
+					Attempts: mf.Rows("attempts"), DeadLetters: mf.Rows("dead_letters")}, err
+			}
+		}
 		var deliverer *dispatcher.Deliverer
 		replayer := &deadletter.Replayer{DB: m.DB, Logger: m.Logger,
 			Lease: wcfg.WithDefaults().Lease() + time.Minute, // above one attempt
@@ -217,9 +228,6 @@ func (m *Main) Start(ctx context.Context, roles Roles) error {
 		m.Logger.Info("worker started", "worker_id", m.Worker.ID(), "concurrency", m.Config.WorkerConcurrency,
 			"schedule", m.Config.RetrySchedule)
 		if err := m.startOutbox(ctx); err != nil {
-			return err
-		}
-		if err := m.openArchiver(); err != nil {
 			return err
 		}
 	}
