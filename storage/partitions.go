@@ -109,12 +109,20 @@ var ErrDayWaits = errors.New("a delivery of that day still waits")
 // ids of its events, unless a delivery of the day still waits (ErrDayWaits:
 // its partitions stay, and retention purges the rest of them row by row).
 //
-// Each table's partition is detached in a transaction of its own that
-// locks that table alone (see makeDays: no transaction holds one table's
-// lock while it waits for another's), deliveries first: under its lock,
-// which stops every access to deliveries for as long as the check takes,
-// no delivery of the day can start to wait between the check and the
-// detach. The detached tables are then dropped, which locks nothing in
+// What takes time is done first, without a lock on the tables in use:
+// whether a delivery of the day is leased (a scan of the day: an index of
+// leases would cost every claim its HOT update) and, for an archived day,
+// its rows counted. Then each table's partition is detached in a
+// transaction of its own that locks that table alone (see makeDays: no
+// transaction holds one table's lock while it waits for another's),
+// deliveries first: under its lock, which stops every access to
+// deliveries for as long as it is held, the day is asked again, by index
+// only, whether a delivery waits for an attempt or a redelivery, so that
+// none can start to wait between that check and the detach. An attempt
+// that leased a finished delivery of the day in the moment between the
+// scan and the lock (a replay or an inspector's attempt of a delivery
+// older than the retention, started while its day is dropped) is not
+// recorded. The detached tables are then dropped, which locks nothing in
 // use. A pass cut short is finished by the next: a partition detached
 // already is not checked again.
 func (s *Store) DropDay(ctx context.Context, d Day) error { return s.dropDay(ctx, d, nil) }
@@ -129,16 +137,39 @@ var ErrDayChanged = errors.New("the day's rows changed since it was archived")
 // DropArchivedDay is DropDay for a day written to the archive, whose rows
 // were counted then: it drops the day only if its partitions hold as many
 // rows each as archived — else ErrDayChanged, and the day stays, whole, to
-// be archived again. The four are counted under the lock of deliveries,
-// before anything is detached: attempts and dead letters are only ever
-// written with their delivery's row, and no event is minted in a past day,
-// so none of them can change meanwhile.
+// be archived again. The rows are counted before the lock (DropDay):
+// attempts and dead letters are only ever written with their delivery's
+// row, no event is minted in a past day, and a delivery that starts to
+// wait meanwhile keeps the day.
 func (s *Store) DropArchivedDay(ctx context.Context, d Day, archived DayRows) error {
 	return s.dropDay(ctx, d, &archived)
 }
 
 // dropDay is DropDay, checking the day's rows against archived if given.
 func (s *Store) dropDay(ctx context.Context, d Day, archived *DayRows) error {
+	var attached bool
+	if err := s.q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_inherits
+		WHERE inhrelid = to_regclass($1) AND inhparent = to_regclass('deliveries'))`, "deliveries_"+d.Suffix).Scan(&attached); err != nil {
+		return fmt.Errorf("partitions: deliveries_%s: %w", d.Suffix, err)
+	}
+	if attached {
+		waits, err := dayWaits(ctx, s.q, d, true)
+		if err != nil {
+			return err
+		}
+		if waits {
+			return ErrDayWaits
+		}
+		if archived != nil {
+			now, err := countDay(ctx, s.q, d)
+			if err != nil {
+				return fmt.Errorf("partitions: count %s: %w", d.Suffix, err)
+			}
+			if now != *archived {
+				return fmt.Errorf("partitions: %s holds %+v, archived %+v: %w", d.Suffix, now, *archived, ErrDayChanged)
+			}
+		}
+	}
 	for _, t := range []string{"deliveries", "dead_letters", "attempts", "events"} {
 		part := t + "_" + d.Suffix
 		err := s.inTx(ctx, func(tx pgx.Tx) error {
@@ -157,21 +188,12 @@ func (s *Store) dropDay(ctx context.Context, d Day, archived *DayRows) error {
 				return nil
 			}
 			if t == "deliveries" {
-				waits, err := dayWaits(ctx, tx, d)
+				waits, err := dayWaits(ctx, tx, d, false)
 				if err != nil {
 					return err
 				}
 				if waits {
 					return ErrDayWaits
-				}
-				if archived != nil {
-					now, err := countDay(ctx, tx, d)
-					if err != nil {
-						return fmt.Errorf("partitions: count %s: %w", d.Suffix, err)
-					}
-					if now != *archived {
-						return fmt.Errorf("partitions: %s holds %+v, archived %+v: %w", d.Suffix, now, *archived, ErrDayChanged)
-					}
 				}
 			}
 			if _, err := tx.Exec(ctx, fmt.Sprintf(`ALTER TABLE %s DETACH PARTITION %s`, t, part)); err != nil {
@@ -204,16 +226,21 @@ func (s *Store) dropDay(ctx context.Context, d Day, archived *DayRows) error {
 // DayWaits reports whether a delivery of day d still waits (DropDay's
 // check, without its lock): retention asks before archiving a day it
 // could not drop.
-func (s *Store) DayWaits(ctx context.Context, d Day) (bool, error) { return dayWaits(ctx, s.q, d) }
+func (s *Store) DayWaits(ctx context.Context, d Day) (bool, error) {
+	return dayWaits(ctx, s.q, d, true)
+}
 
-func dayWaits(ctx context.Context, q querier, d Day) (bool, error) {
-	// The first two by their indexes; a lease by a scan of the day (an
-	// index of leases would cost every claim its HOT update).
+// dayWaits asks whether a delivery of day d waits for an attempt or a
+// redelivery (by their indexes) or, with leases, is leased (a scan of the
+// day).
+func dayWaits(ctx context.Context, q querier, d Day, leases bool) (bool, error) {
+	leased := ""
+	if leases {
+		leased = fmt.Sprintf(` OR EXISTS (SELECT 1 FROM deliveries_%s WHERE lease_owner IS NOT NULL)`, d.Suffix)
+	}
 	var waits bool
 	if err := q.QueryRow(ctx, fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM deliveries_%[1]s WHERE next_attempt_at IS NOT NULL)
-		OR EXISTS (SELECT 1 FROM deliveries_%[1]s WHERE manual_request_id IS NOT NULL)
-		OR EXISTS (SELECT 1 FROM deliveries_%[1]s WHERE lease_owner IS NOT NULL)`,
-		d.Suffix)).Scan(&waits); err != nil {
+		OR EXISTS (SELECT 1 FROM deliveries_%[1]s WHERE manual_request_id IS NOT NULL)`, d.Suffix)+leased).Scan(&waits); err != nil {
 		return false, fmt.Errorf("partitions: check deliveries_%s: %w", d.Suffix, err)
 	}
 	return waits, nil

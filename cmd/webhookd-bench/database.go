@@ -16,6 +16,18 @@ type benchDatabase struct {
 	Name     string
 	URL      string // the database's own URL, for webhookd
 	adminURL string
+	keep     bool // not ours to drop (-history-database)
+}
+
+// existingDatabase is the database name on the server at adminURL, used as
+// it is and never dropped.
+func existingDatabase(adminURL, name string) (*benchDatabase, error) {
+	u, err := url.Parse(adminURL)
+	if err != nil {
+		return nil, fmt.Errorf("database url: %w", err)
+	}
+	u.Path = "/" + name
+	return &benchDatabase{Name: name, URL: u.String(), adminURL: adminURL, keep: true}, nil
 }
 
 // createDatabase makes webhookd_bench_<pid>_<n> on the server at adminURL.
@@ -39,6 +51,9 @@ func createDatabase(ctx context.Context, adminURL, name string) (*benchDatabase,
 
 // Drop removes the database, closing whatever connections are left.
 func (d *benchDatabase) Drop() error {
+	if d.keep {
+		return nil
+	}
 	if os.Getenv("WEBHOOKD_BENCH_KEEP_DATABASES") != "" {
 		fmt.Fprintf(os.Stderr, "webhookd-bench: kept database %s (WEBHOOKD_BENCH_KEEP_DATABASES)\n", d.Name)
 		return nil

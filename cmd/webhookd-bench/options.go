@@ -19,6 +19,12 @@ type Options struct {
 	Baseline    string // -baseline; none: a binary measured alternately with -webhookd
 	Build       bool   // -build; false: build -webhookd from ./cmd/webhookd first
 	DatabaseURL string // -database-url; the local server's postgres database
+	// HistoryDatabase is -history-database: a database on that server
+	// (made by `webhookd-bench history`) that every -webhookd run uses, and
+	// keeps, instead of a fresh one; BaselineHistoryDatabase is
+	// -baseline-history-database, the same for -baseline's runs. None: a
+	// fresh database per run.
+	HistoryDatabase, BaselineHistoryDatabase string
 	Runs        int    // -runs; 3
 	Out         string // -out; BENCHMARKS.md ("-" prints to stdout)
 	Strict      bool   // -strict; false: exit 3 when a target is missed (or a figure is worse than -baseline's)
@@ -86,6 +92,10 @@ func (o *Options) bind(fs *flag.FlagSet) {
 	fs.BoolVar(&o.Build, "build", false, "build -webhookd from ./cmd/webhookd before measuring")
 	fs.StringVar(&o.DatabaseURL, "database-url", defaultDatabaseURL,
 		"PostgreSQL server (on loopback) where each scenario run gets a fresh database")
+	fs.StringVar(&o.HistoryDatabase, "history-database", "",
+		"a database made by `webhookd-bench history` that every -webhookd run uses and keeps, instead of a fresh one "+
+			"(issue 34's figures: the same binary over a history and over nothing)")
+	fs.StringVar(&o.BaselineHistoryDatabase, "baseline-history-database", "", "the same as -history-database for -baseline's runs")
 	fs.IntVar(&o.Runs, "runs", 3, "repetitions of every scenario; the report gives the median")
 	fs.StringVar(&o.Out, "out", "BENCHMARKS.md", `report file ("-": stdout)`)
 	fs.BoolVar(&o.Strict, "strict", false, "exit 3 when a target is missed, or a figure is more than 10% worse than -baseline's")
@@ -134,6 +144,7 @@ func (o *Options) bind(fs *flag.FlagSet) {
 func (o *Options) forBaseline() *Options {
 	b := *o
 	b.Webhookd = o.Baseline
+	b.HistoryDatabase = o.BaselineHistoryDatabase
 	return &b
 }
 

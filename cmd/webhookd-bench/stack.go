@@ -58,7 +58,12 @@ func prepareStack(ctx context.Context, opts *Options, seq int) (_ *stack, err er
 		return nil, err
 	}
 	name := fmt.Sprintf("webhookd_bench_%d_%d", os.Getpid(), seq)
-	if s.db, err = createDatabase(ctx, opts.DatabaseURL, name); err != nil {
+	if opts.HistoryDatabase != "" {
+		s.db, err = existingDatabase(opts.DatabaseURL, opts.HistoryDatabase)
+	} else {
+		s.db, err = createDatabase(ctx, opts.DatabaseURL, name)
+	}
+	if err != nil {
 		return nil, err
 	}
 	if s.redis, err = startRedis(ctx, s.dir); err != nil {
