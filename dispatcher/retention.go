@@ -49,11 +49,12 @@ func (r *Retention) Start(ctx context.Context) {
 	r.Ahead = cmp.Or(r.Ahead, 72*time.Hour)
 	ctx, r.cancel = context.WithCancel(ctx) // Stop ends a long pass between two statements
 	r.start(ctx, r.Interval, func(ctx context.Context) {
+		began := time.Now()
 		if _, p, err := r.RunOnce(ctx); err != nil && ctx.Err() == nil {
 			r.Logger.Warn("retention purge failed", "err", err)
 		} else if p != (storage.Purged{}) {
 			r.Logger.Info("retention purge", "days_dropped", p.Days, "deliveries", p.Deliveries, "events", p.Events,
-				"idempotency_records", p.IdempotencyRecords)
+				"idempotency_records", p.IdempotencyRecords, "took", time.Since(began).Round(time.Millisecond))
 		}
 	})
 }

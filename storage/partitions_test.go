@@ -116,6 +116,19 @@ func TestDayDroppedWholeUnlessADeliveryWaits(t *testing.T) {
 		t.Fatalf("a refused drop lost a delivery: %v", err)
 	}
 	f.finish(waiting, webhookd.DeliverySucceeded, "")
+	// A dead letter leased by a replay keeps its day while the lease is on
+	// it: the attempt's record must find its row.
+	ls, err := f.db.ClaimDeliveries(ctx, now, now.Add(time.Minute),
+		[]storage.Claim{{DeliveryID: done, Token: "req_replay", Mode: storage.ClaimReplay}})
+	if err != nil || !ls[0].Held {
+		t.Fatalf("replay lease: %+v, %v", ls, err)
+	}
+	if err := f.s.DropDay(ctx, days[0]); !errors.Is(err, storage.ErrDayWaits) {
+		t.Fatalf("drop with a dead letter leased by a replay: %v, want ErrDayWaits", err)
+	}
+	if _, err := f.db.ReleaseLease(ctx, done, "req_replay", "", now); err != nil {
+		t.Fatal(err)
+	}
 	if err := f.s.DropDay(ctx, days[0]); err != nil {
 		t.Fatal(err)
 	}

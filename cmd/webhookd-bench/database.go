@@ -71,6 +71,23 @@ func (d *benchDatabase) Drop() error {
 	return nil
 }
 
+// retireBenchProject renames an earlier run's project "bench" in a kept
+// database (-history-database), so that this run's "keys create" makes a
+// new one: else the run's events would go to the earlier runs' endpoints
+// too, whose receivers are gone, and every run would carry the retries of
+// all before it.
+func retireBenchProject(ctx context.Context, dbURL string) error {
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return fmt.Errorf("connect to PostgreSQL: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, `UPDATE projects SET name = 'bench-' || id WHERE name = 'bench'`); err != nil {
+		return fmt.Errorf("retire the project bench of an earlier run: %w", err)
+	}
+	return nil
+}
+
 // postgresVersion is SELECT version() on the server at adminURL.
 func postgresVersion(ctx context.Context, adminURL string) (string, error) {
 	conn, err := pgx.Connect(ctx, adminURL)

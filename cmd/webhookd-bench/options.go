@@ -25,10 +25,10 @@ type Options struct {
 	// -baseline-history-database, the same for -baseline's runs. None: a
 	// fresh database per run.
 	HistoryDatabase, BaselineHistoryDatabase string
-	Runs        int    // -runs; 3
-	Out         string // -out; BENCHMARKS.md ("-" prints to stdout)
-	Strict      bool   // -strict; false: exit 3 when a target is missed (or a figure is worse than -baseline's)
-	Scenarios   string // -scenarios; all, comma-separated
+	Runs                                     int    // -runs; 3
+	Out                                      string // -out; BENCHMARKS.md ("-" prints to stdout)
+	Strict                                   bool   // -strict; false: exit 3 when a target is missed (or a figure is worse than -baseline's)
+	Scenarios                                string // -scenarios; all, comma-separated
 
 	CeilingTasks int // -ceiling-tasks; 50000
 
@@ -81,7 +81,7 @@ const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=
 
 // scenarioNames lists every scenario in the order they run.
 var scenarioNames = []string{"burst", "slow", "noisy", "steady", "scheduled", "ingest", "ingest-batch", "ingest-redis-down",
-	"one-slow", "one-slow-single", "capacity", "capacity-latency", "kill", "flush", "many-endpoints", "fifo", "circuit-rest"}
+	"one-slow", "one-slow-single", "capacity", "capacity-latency", "kill", "flush", "many-endpoints", "fifo", "circuit-rest", "dashboard"}
 
 // bind registers every option on fs with its default.
 func (o *Options) bind(fs *flag.FlagSet) {

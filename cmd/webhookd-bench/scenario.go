@@ -38,4 +38,5 @@ var scenarios = map[string]scenario{
 	"many-endpoints":    manyEndpointsScenario,
 	"fifo":              fifoScenario,
 	"circuit-rest":      circuitRestScenario,
+	"dashboard":         dashboardScenario,
 }

@@ -75,6 +75,11 @@ func prepareStack(ctx context.Context, opts *Options, seq int) (_ *stack, err er
 	if _, err = runCommand(ctx, opts.Webhookd, s.env(), "migrate"); err != nil {
 		return nil, err
 	}
+	if opts.HistoryDatabase != "" {
+		if err = retireBenchProject(ctx, s.db.URL); err != nil {
+			return nil, err
+		}
+	}
 	out, err := runCommand(ctx, opts.Webhookd, s.env(), "keys", "create", "--project", "bench", "--rate-limit", "100000000")
 	if err != nil {
 		return nil, err
