@@ -3,6 +3,7 @@ package storage
 import (
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/oklog/ulid/v2"
 )
@@ -37,5 +38,31 @@ func TestIDsIncreaseWhileOthersAreMade(t *testing.T) {
 			t.Fatalf("id %d, %s, sorts before the one made just before it, %s", i, id, prev)
 		}
 		prev = id
+	}
+}
+
+// TestIDsOfOneMillisecondIncreaseWhateverIsMadeBetween: events made one
+// after another with the same created_at (a test clock, or one instant
+// given to a whole call) get ids in that order, and so do the deliveries
+// that take their event's time, although ids of other milliseconds are
+// made between them — more of them than mint remembers.
+func TestIDsOfOneMillisecondIncreaseWhateverIsMadeBetween(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	var prevEvent, prevDelivery string
+	for i := range 1000 {
+		ev := newIDsTime(prefixEvent, at, 1)[0]
+		dlv := newIDAt(prefixDelivery, ev)
+		_ = newID(prefixRequest)
+		for j := range 10 { // other milliseconds: 10,000 in all
+			_ = newIDsTime(prefixEvent, at.Add(time.Duration(i*10+j+1)*time.Millisecond), 1)
+		}
+		if ev <= prevEvent || dlv <= prevDelivery {
+			t.Fatalf("step %d: event %s after %s, delivery %s after %s: not increasing", i, ev, prevEvent, dlv, prevDelivery)
+		}
+		if ev[len(prefixEvent):len(prefixEvent)+10] != dlv[len(prefixDelivery):len(prefixDelivery)+10] {
+			t.Fatalf("delivery %s does not carry its event's time (%s)", dlv, ev)
+		}
+		prevEvent, prevDelivery = ev, dlv
 	}
 }
