@@ -73,10 +73,9 @@ type Main struct {
 	// worker; nil without sources.
 	Outbox *outbox.Relay
 	// Archiver writes history to WEBHOOKD_ARCHIVE_DIR, counting failed
-	// writes in the process's metrics: for the retention job to call
-	// before it drops a range (the partitioned retention of issue 34; the
-	// row-by-row purge does not call it). Nil without the setting, or
-	// outside a worker.
+	// writes in the process's metrics: the retention job calls it for a
+	// day before it drops the day's partitions. Nil without the setting,
+	// or outside a worker.
 	Archiver *archive.Archiver
 	APIAddr  string // the API's bound address once started
 	OpsAddr  string // the ops listener's bound address once started
