@@ -34,17 +34,22 @@ const dayLength = 24 * time.Hour
 // EnsurePartitions makes the days that start before now + ahead and are
 // not made yet, each in a transaction of its own, and returns those it
 // made. Days follow the last one made (the legacy one, at first), so they
-// never overlap; a day that starts before now is made too, so a pause of
-// the leader longer than ahead leaves no gap (its rows went meanwhile to
-// the default partitions, which retention purges row by row).
+// never overlap. A day that has begun is made too, unless a default
+// partition already holds rows of it — after a pause of every worker
+// longer than ahead, while the API went on: PostgreSQL refuses a partition
+// whose rows its default holds, so such a day is passed over, its rows
+// stay in the default partitions (purged row by row), and the days after
+// it are made.
 func (s *Store) EnsurePartitions(ctx context.Context, now time.Time, ahead time.Duration) ([]Day, error) {
-	return s.makeDays(ctx, now.UTC().Truncate(dayLength), now, ahead)
+	return s.makeDays(ctx, now.UTC().Truncate(dayLength), now, ahead, true)
 }
 
 // makeDays is EnsurePartitions, beginning at first when no day is made
-// (every one was dropped).
-func (s *Store) makeDays(ctx context.Context, first, now time.Time, ahead time.Duration) ([]Day, error) {
+// (every one was dropped); passOver says whether a begun day whose rows a
+// default partition holds is passed over (else making it fails).
+func (s *Store) makeDays(ctx context.Context, first, now time.Time, ahead time.Duration, passOver bool) ([]Day, error) {
 	var made []Day
+	var passed time.Time // the end of the last day passed over
 	for {
 		var lastp *time.Time
 		if err := s.q.QueryRow(ctx, `SELECT max(hi) FROM history_partitions`).Scan(&lastp); err != nil {
@@ -53,6 +58,9 @@ func (s *Store) makeDays(ctx context.Context, first, now time.Time, ahead time.D
 		last := first
 		if lastp != nil {
 			last = *lastp
+		}
+		if passed.After(last) {
+			last = passed
 		}
 		if !last.Before(now.Add(ahead)) {
 			return made, nil
@@ -64,6 +72,16 @@ func (s *Store) makeDays(ctx context.Context, first, now time.Time, ahead time.D
 		d := Day{Suffix: "p" + lo.Format("20060102"), Lo: lo, Hi: lo.Add(dayLength)}
 		if lo.After(last) { // a legacy day that ended at another time: the gap is one more day
 			d = Day{Suffix: "p" + last.UTC().Format("20060102"), Lo: last, Hi: lo}
+		}
+		if passOver && d.Lo.Before(now) {
+			held, err := s.defaultHolds(ctx, d)
+			if err != nil {
+				return made, err
+			}
+			if held {
+				passed = d.Hi
+				continue
+			}
 		}
 		// One table at a time, each in a transaction of its own: making a
 		// partition locks its table, and a transaction that held one
@@ -86,6 +104,20 @@ func (s *Store) makeDays(ctx context.Context, first, now time.Time, ahead time.D
 		}
 		made = append(made, d)
 	}
+}
+
+// defaultHolds reports whether a default partition holds rows of day d.
+func (s *Store) defaultHolds(ctx context.Context, d Day) (bool, error) {
+	var held bool
+	err := s.q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM events_default WHERE id >= $1 AND id < $2)
+		OR EXISTS (SELECT 1 FROM deliveries_default WHERE id >= $3 AND id < $4)
+		OR EXISTS (SELECT 1 FROM attempts_default WHERE delivery_id >= $3 AND delivery_id < $4)
+		OR EXISTS (SELECT 1 FROM dead_letters_default WHERE delivery_id >= $3 AND delivery_id < $4)`,
+		idBound(prefixEvent, d.Lo), idBound(prefixEvent, d.Hi), idBound(prefixDelivery, d.Lo), idBound(prefixDelivery, d.Hi)).Scan(&held)
+	if err != nil {
+		return false, fmt.Errorf("partitions: default rows of %s: %w", d.Suffix, err)
+	}
+	return held, nil
 }
 
 // Days returns the days made, oldest first.
@@ -289,6 +321,6 @@ func (s *Store) StartDaysAt(ctx context.Context, from, now time.Time, ahead time
 	if err := s.DropDay(ctx, days[0]); err != nil {
 		return err
 	}
-	_, err = s.makeDays(ctx, from.UTC().Truncate(dayLength), now, ahead)
+	_, err = s.makeDays(ctx, from.UTC().Truncate(dayLength), now, ahead, false)
 	return err
 }

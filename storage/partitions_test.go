@@ -306,3 +306,42 @@ func TestClaimAndRecordAcrossDays(t *testing.T) {
 		}
 	}
 }
+
+// TestEnsurePartitionsPassesOverABegunDayTheDefaultHolds: when no worker
+// made days for longer than ahead while the API accepted events, the rows
+// of a day not made went to the default partitions, and PostgreSQL
+// refuses a partition whose rows its default holds. The day is passed
+// over — its rows stay where they are, found as before — and the days
+// after it are made: retention goes on instead of failing every pass.
+func TestEnsurePartitionsPassesOverABegunDayTheDefaultHolds(t *testing.T) {
+	t.Parallel()
+	f := newPurgeFixture(t)
+	ctx := context.Background()
+	now := time.Now().UTC()
+	if _, err := f.s.EnsurePartitions(ctx, now, 72*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	day4 := now.Truncate(24 * time.Hour).Add(4 * 24 * time.Hour) // the days made end here
+	later := day4.Add(time.Hour)
+	evs, err := f.s.CreateEvents(ctx, f.p.ID, []storage.NewEvent{{Type: "a", Data: json.RawMessage("1")}}, later,
+		func(int) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := evs[0].Deliveries[0].ID
+	var where string
+	if err := f.db.Pool().QueryRow(ctx, `SELECT tableoid::regclass::text FROM deliveries WHERE id = $1`, id).Scan(&where); err != nil ||
+		where != "deliveries_default" {
+		t.Fatalf("a delivery of a day not made is in %q (%v), want deliveries_default", where, err)
+	}
+	made, err := f.s.EnsurePartitions(ctx, later, 72*time.Hour)
+	if err != nil {
+		t.Fatalf("making days after a pause: %v", err)
+	}
+	if len(made) != 3 || !made[0].Lo.Equal(day4.Add(24*time.Hour)) {
+		t.Fatalf("made %+v, want the 3 days after %s (passed over)", made, day4)
+	}
+	if _, err := f.s.GetDelivery(ctx, f.p.ID, id); err != nil {
+		t.Fatalf("the delivery of the day passed over: %v", err)
+	}
+}
