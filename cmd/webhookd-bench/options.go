@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -25,10 +26,15 @@ type Options struct {
 	// -baseline-history-database, the same for -baseline's runs. None: a
 	// fresh database per run.
 	HistoryDatabase, BaselineHistoryDatabase string
-	Runs                                     int    // -runs; 3
-	Out                                      string // -out; BENCHMARKS.md ("-" prints to stdout)
-	Strict                                   bool   // -strict; false: exit 3 when a target is missed (or a figure is worse than -baseline's)
-	Scenarios                                string // -scenarios; all, comma-separated
+	// Env is -env KEY=VALUE (repeatable): settings of every -webhookd
+	// run's processes (WEBHOOKD_* only); BaselineEnv is -baseline-env, the
+	// same for -baseline's runs. A setting compared with its default: the
+	// same binary as both, -env on one side.
+	Env, BaselineEnv envList
+	Runs             int    // -runs; 3
+	Out              string // -out; BENCHMARKS.md ("-" prints to stdout)
+	Strict           bool   // -strict; false: exit 3 when a target is missed (or a figure is worse than -baseline's)
+	Scenarios        string // -scenarios; all, comma-separated
 
 	CeilingTasks int // -ceiling-tasks; 50000
 
@@ -96,6 +102,8 @@ func (o *Options) bind(fs *flag.FlagSet) {
 		"a database made by `webhookd-bench history` that every -webhookd run uses and keeps, instead of a fresh one "+
 			"(issue 34's figures: the same binary over a history and over nothing)")
 	fs.StringVar(&o.BaselineHistoryDatabase, "baseline-history-database", "", "the same as -history-database for -baseline's runs")
+	fs.Var(&o.Env, "env", "WEBHOOKD_NAME=VALUE: a setting of every -webhookd run's processes (repeatable)")
+	fs.Var(&o.BaselineEnv, "baseline-env", "WEBHOOKD_NAME=VALUE: a setting of every -baseline run's processes (repeatable)")
 	fs.IntVar(&o.Runs, "runs", 3, "repetitions of every scenario; the report gives the median")
 	fs.StringVar(&o.Out, "out", "BENCHMARKS.md", `report file ("-": stdout)`)
 	fs.BoolVar(&o.Strict, "strict", false, "exit 3 when a target is missed, or a figure is more than 10% worse than -baseline's")
@@ -145,6 +153,7 @@ func (o *Options) forBaseline() *Options {
 	b := *o
 	b.Webhookd = o.Baseline
 	b.HistoryDatabase = o.BaselineHistoryDatabase
+	b.Env = o.BaselineEnv
 	return &b
 }
 
@@ -193,6 +202,24 @@ func (o *Options) Validate() error {
 	}
 	return checkLoopbackURL(o.DatabaseURL)
 }
+
+// envList is a repeatable flag of WEBHOOKD_NAME=VALUE settings.
+type envList []string
+
+func (e *envList) String() string { return strings.Join(*e, " ") }
+
+// Set refuses anything but a WEBHOOKD_ setting: the run's own (database,
+// Redis, addresses) are set by the tool and come after, so they win.
+func (e *envList) Set(v string) error {
+	name, _, ok := strings.Cut(v, "=")
+	if !ok || !envName.MatchString(name) {
+		return fmt.Errorf("%q: want WEBHOOKD_NAME=VALUE", v)
+	}
+	*e = append(*e, v)
+	return nil
+}
+
+var envName = regexp.MustCompile(`^WEBHOOKD_[A-Z0-9_]+$`)
 
 // checkLoopbackURL refuses a database URL whose host is not on loopback:
 // the tool drives load, and it must only ever do so on this machine.

@@ -177,6 +177,9 @@ func (r *report) writeHeader(b *strings.Builder) {
 	if r.Options.WorkerConcurrency > 0 {
 		fmt.Fprintf(b, "| WEBHOOKD_WORKER_CONCURRENCY | %d |\n", r.Options.WorkerConcurrency)
 	}
+	if len(r.Options.Env) > 0 || len(r.Options.BaselineEnv) > 0 {
+		fmt.Fprintf(b, "| settings | candidate: `%s`; baseline: `%s` |\n", r.Options.Env.String(), r.Options.BaselineEnv.String())
+	}
 	b.WriteString("\nHow to reproduce: `make bench` (the Go benchmarks, then this tool with `-runs 3 -out BENCHMARKS.md`); " +
 		"`make bench-smoke` runs a small version and prints it.\n\n")
 	if r.Options.Baseline != "" {

@@ -97,6 +97,7 @@ func (s *stack) env(extra ...string) []string {
 			env = append(env, kv)
 		}
 	}
+	env = append(env, s.opts.Env...) // before the run's own, which win
 	env = append(env, "WEBHOOKD_DATABASE_URL="+s.db.URL, "WEBHOOKD_REDIS_URL="+s.redis.URL,
 		"WEBHOOKD_ALLOW_PRIVATE_NETWORKS=true", "WEBHOOKD_LOG_LEVEL=warn")
 	if s.opts.WorkerConcurrency > 0 {
