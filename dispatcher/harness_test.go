@@ -123,6 +123,16 @@ func (e *env) startWorker() *dispatcher.Worker {
 	return w
 }
 
+// newProject makes a project (and an API key) in db.
+func newProject(t testing.TB, db *storage.DB) webhookd.Project {
+	t.Helper()
+	_, p, err := db.Store().CreateAPIKey(context.Background(), "p", storage.ProjectPlan{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 func newSecret(t testing.TB) string {
 	raw := make([]byte, 24)
 	rand.Read(raw)

@@ -24,10 +24,7 @@ func TestRetentionOneProcessAtATime(t *testing.T) {
 	t.Parallel()
 	db := testenv.DB(t)
 	ctx := context.Background()
-	_, p, err := db.Store().CreateAPIKey(ctx, "p", storage.ProjectPlan{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := newProject(t, db)
 	// An old event for no endpoint: nothing holds it, the purge takes it.
 	if _, err := db.Store().CreateEvents(ctx, p.ID, []storage.NewEvent{{Type: "a", Data: json.RawMessage("1")}},
 		time.Now().Add(-30*24*time.Hour), func(int) string { return "" }); err != nil {
@@ -65,10 +62,7 @@ func TestRetentionArchivesADayBeforeItDropsIt(t *testing.T) {
 	db := testenv.DB(t)
 	ctx := context.Background()
 	s := db.Store()
-	_, p, err := s.CreateAPIKey(ctx, "p", storage.ProjectPlan{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := newProject(t, db)
 	now := time.Now().UTC()
 	old := now.Add(-16 * 24 * time.Hour)
 	if err := s.StartDaysAt(ctx, old, now, 72*time.Hour); err != nil {

@@ -26,12 +26,20 @@ func sameSchema(t *testing.T, ctx context.Context, db *storage.DB, maxConns int3
 	if err := db.Pool().QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
 		t.Fatal(err)
 	}
-	other, err := storage.Open(ctx, storage.Config{URL: testenv.DatabaseURL(), SearchPath: schema, MaxConns: maxConns})
+	return openSchema(t, ctx, schema, maxConns)
+}
+
+// openSchema opens a DB on schema as it is (testenv.Schema makes an empty
+// one), with a pool of maxConns (0: the default), closed when the test
+// ends.
+func openSchema(t *testing.T, ctx context.Context, schema string, maxConns int32) *storage.DB {
+	t.Helper()
+	db, err := storage.Open(ctx, storage.Config{URL: testenv.DatabaseURL(), SearchPath: schema, MaxConns: maxConns})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(other.Close)
-	return other
+	t.Cleanup(db.Close)
+	return db
 }
 
 // newProject makes a project (and an API key) and returns its id.

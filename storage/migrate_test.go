@@ -15,15 +15,7 @@ func TestMigrateTwiceAndConcurrently(t *testing.T) {
 	t.Parallel()
 	name, _ := testenv.Schema(t)
 	ctx := context.Background()
-	open := func() *storage.DB {
-		db, err := storage.Open(ctx, storage.Config{URL: testenv.DatabaseURL(), SearchPath: name})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(db.Close)
-		return db
-	}
-	a, b := open(), open() // two "processes"
+	a, b := openSchema(t, ctx, name, 0), openSchema(t, ctx, name, 0) // two "processes"
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
 	for i, db := range []*storage.DB{a, b} {
@@ -86,11 +78,7 @@ func TestCheckMigrated(t *testing.T) {
 	t.Parallel()
 	name, _ := testenv.Schema(t)
 	ctx := context.Background()
-	db, err := storage.Open(ctx, storage.Config{URL: testenv.DatabaseURL(), SearchPath: name})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(db.Close)
+	db := openSchema(t, ctx, name, 0)
 	if err := db.CheckMigrated(ctx); err == nil || !strings.Contains(err.Error(), "webhookd migrate") {
 		t.Fatalf("an empty schema passed the check: %v", err)
 	}

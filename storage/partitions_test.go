@@ -157,11 +157,7 @@ func TestPopulatedHistoryMigratesAndDelivers(t *testing.T) {
 	t.Parallel()
 	name, _ := testenv.Schema(t)
 	ctx := context.Background()
-	db, err := storage.Open(ctx, storage.Config{URL: testenv.DatabaseURL(), SearchPath: name})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(db.Close)
+	db := openSchema(t, ctx, name, 0)
 	if err := storage.MigrateTo(ctx, db, 23); err != nil {
 		t.Fatal(err)
 	}
