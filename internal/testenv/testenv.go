@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/webhookd/webhookd"
@@ -61,8 +63,19 @@ func Schema(t testing.TB) (name, dbURL string) {
 			return
 		}
 		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP SCHEMA "+name+" CASCADE"); err != nil {
-			t.Errorf("testenv: drop schema %s: %v", name, err)
+		// A process the test killed may have left a statement running in
+		// the schema for a moment: dropping partitioned tables then can
+		// deadlock with it (PostgreSQL aborts one side). Try again.
+		for try := 1; ; try++ {
+			_, err := conn.Exec(ctx, "DROP SCHEMA "+name+" CASCADE")
+			var pe *pgconn.PgError
+			if err == nil || try == 10 || !errors.As(err, &pe) || pe.Code != "40P01" {
+				if err != nil {
+					t.Errorf("testenv: drop schema %s: %v", name, err)
+				}
+				return
+			}
+			time.Sleep(time.Duration(try) * 50 * time.Millisecond)
 		}
 	})
 	u, err := url.Parse(DatabaseURL())
