@@ -29,7 +29,7 @@ func archiveHeaders(col string) string {
 // delivery by the time of their id (idBound: ids are ULIDs), a delivery's
 // attempts and dead letter with their delivery, wherever their own times
 // fall. A range of id times is what a day's partitions hold (migration
-// 24), so the archive of a day is exactly the partitions retention drops
+// 25), so the archive of a day is exactly the partitions retention drops
 // after it.
 //
 // Left out: endpoint secrets, keys, portal tokens and idempotency records

@@ -52,7 +52,7 @@ func (s *Store) purge(ctx context.Context, cutoff, now time.Time, batch int, suf
 	// The conditions are repeated outside the subquery so that a delivery
 	// leased or redelivered meanwhile is rechecked on its new row and kept.
 	// A delivery's attempts and dead letter go with it (neither keeps a
-	// foreign key, migrations 7 and 24: its
+	// foreign key, migrations 7 and 25: its
 	// check on every recorded attempt cost more than the attempt's own
 	// write). A delivery is purged only while no lease is on it, so no
 	// attempt of it can be recorded meanwhile.
