@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -89,11 +88,7 @@ func TestArchiveShowAndReplay(t *testing.T) {
 	// From the archive alone: the database URL points nowhere.
 	vars := map[string]string{"WEBHOOKD_ARCHIVE_DIR": dir, "WEBHOOKD_DATABASE_URL": "postgres://nobody@127.0.0.1:1/none",
 		"WEBHOOKD_API_URL": "http://" + m.APIAddr, "WEBHOOKD_API_KEY": key}
-	runCLI := func(args ...string) (stdout, stderr string, code int) {
-		var out, errOut bytes.Buffer
-		code = cli(context.Background(), args, env(vars), &out, &errOut)
-		return out.String(), errOut.String(), code
-	}
+	runCLI := func(args ...string) (stdout, stderr string, code int) { return cliRun(vars, args...) }
 	out, errOut, code := runCLI("archive", "list")
 	if code != 0 || !strings.Contains(out, am.ID) || !strings.Contains(out, "yes") {
 		t.Fatalf("archive list: exit %d, stdout %q, stderr %q", code, out, errOut)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"net"
 	"os"
@@ -11,9 +10,12 @@ import (
 )
 
 // cliRun runs one command line in this process as main does, with vars as
-// its environment, and returns its stdout, stderr and exit code.
+// its environment, and returns its stdout, stderr and exit code. The
+// sinks are locked: go-redis's logger is process-wide (newMain sets it),
+// so a Main of another test running beside this one can write a line here
+// while this command writes too.
 func cliRun(vars map[string]string, args ...string) (string, string, int) {
-	var out, errOut bytes.Buffer
+	var out, errOut lockedBuffer
 	code := cli(context.Background(), args, env(vars), &out, &errOut)
 	return out.String(), errOut.String(), code
 }
