@@ -19,18 +19,23 @@ import (
 //   - Before that first sign, while more deliveries wait for the endpoint
 //     than the limit lets through (a backlog: the gate's count) and an
 //     answer came within rampTolerance of the baseline, that success grows
-//     it by rampStep instead of one: it quadruples every round trip
-//     (the ramp). So a healthy endpoint with a backlog reaches the
-//     concurrency it needs within a few round trips, not a burst's length;
-//     and since the growth is per success, an endpoint that refuses past
-//     its capacity is cut as soon as its first refusals come back, a few
-//     requests past it (and again while those sent since are refused),
-//     while one that slows past it ends the ramp with its first slower
-//     answers.
+//     it by more than one (the ramp): ×4 per 100 ms of the endpoint's
+//     round trip, so ×4 per round trip up to 100 ms, ×16 at 200 ms, and
+//     no more than ×16 however slow (rampStep). So a healthy endpoint with
+//     a backlog reaches the concurrency it needs within about a second
+//     whatever its latency, not a burst's length; and since the growth is
+//     per success, an endpoint that refuses past its capacity is cut as
+//     soon as its first refusals come back, a few requests past it (and
+//     again while those sent since are refused), while one that slows past
+//     it ends the ramp with its first slower answers — up to ×16 past its
+//     capacity for a slow one, which the latency's gradient then undoes.
 //   - It shrinks when the endpoint is overloaded: a 429, 503 or other 5xx,
 //     a timeout or a refused connection cuts it by overloadCut; a smoothed
 //     latency that climbs past tolerance times the endpoint's baseline
-//     (its lowest latency) cuts it by latencyCut. A cut
+//     (its lowest latency) cuts it by the latency's gradient: in the ratio
+//     of tolerance × baseline to the answer's latency, by latencyCut at
+//     least and by half at most; a slower answer of the same round trip
+//     deepens that cut instead of making another (cutLatency). A cut
 //     happens at most once per round trip, so that the requests of one
 //     window failing together count as one sign, not as many; but a 429 or
 //     5xx to a request sent after the last cut was sent within the limit
@@ -60,12 +65,15 @@ const (
 	limiterTolerance = 2.0                    // latency past tolerance × baseline (+ slack) is climbing
 	limiterSlack     = 50 * time.Millisecond  // jitter no receiver is blamed for
 	overloadCut      = 0.8                    // multiplicative decrease on overload
-	latencyCut       = 0.9                    // and on a latency that climbs
+	latencyCut       = 0.9                    // and on a latency that climbs, at most
+	gradientFloor    = 0.5                    // and at least: the latency's gradient, no more than halved
 	baselineWindow   = 100                    // 2xx answers per baseline window
 	minCutGap        = 100 * time.Millisecond // the shortest round trip a cut waits for
-	rampStep         = 3                      // growth per success in the ramp: ×4 per round trip
+	rampStep         = 3                      // growth per success in the ramp: ×4 per rampPace of round trip
 	rampTolerance    = 1.25                   // an answer within rampTolerance × baseline (+ rampSlack) holds the ramp
 	rampSlack        = 10 * time.Millisecond  // the ramp's jitter, tighter than limiterSlack
+	rampPace         = 100 * time.Millisecond // the ramp grows ×(1+rampStep) per rampPace of the endpoint's baseline
+	rampMaxGrowth    = 16                     // and at most this much per round trip
 )
 
 // signal is what one attempt's outcome says of its endpoint's capacity.
@@ -112,11 +120,11 @@ func (l *limiter) observe(now time.Time, sig signal, rtt time.Duration, inFlight
 		l.sample(rtt)
 		switch {
 		case l.climbing(l.srtt):
-			l.cut(now, latencyCut, false, false)
-		case l.ramping(rtt, waiting) && float64(inFlight)*(1+rampStep) >= l.limit:
+			l.cutLatency(now, rtt)
+		case l.ramping(rtt, waiting) && float64(inFlight)*(1+l.rampStep()) >= l.limit:
 			// In use as the ramp counts it: the requests of the round trip
 			// before, each of which may bring rampStep more.
-			l.limit += rampStep
+			l.limit += l.rampStep()
 		case float64(inFlight)*2 >= l.limit: // in use: a limit nobody uses proves nothing
 			if l.limit < l.ssthresh {
 				l.limit++
@@ -175,9 +183,45 @@ func (l *limiter) ramping(rtt time.Duration, waiting int) bool {
 		rtt <= time.Duration(rampTolerance*float64(l.baseline))+rampSlack
 }
 
+// rampStep is the ramp's growth per success: ×4 per rampPace of the
+// endpoint's round trip (its baseline), so that the ramp takes about as
+// long in time whatever the endpoint's latency, and at most ×rampMaxGrowth
+// per round trip.
+func (l *limiter) rampStep() float64 {
+	trips := max(1, float64(l.baseline)/float64(rampPace))
+	return min(math.Pow(1+rampStep, trips), rampMaxGrowth) - 1
+}
+
+// gradient is the cut for a latency that climbed, as the latest answer's
+// latency rtt says: the limit in the ratio of the latency the endpoint
+// answers in when not overloaded (tolerance × baseline) to rtt, between
+// gradientFloor and latencyCut. An overshoot of many times the endpoint's
+// capacity is undone in a few round trips, not in dozens of latencyCuts.
+func (l *limiter) gradient(rtt time.Duration) float64 {
+	ok := limiterTolerance * float64(l.baseline)
+	return max(gradientFloor, min(latencyCut, ok/float64(rtt)))
+}
+
 // climbing reports whether latency d is past tolerance of the baseline.
 func (l *limiter) climbing(d time.Duration) bool {
 	return d > time.Duration(limiterTolerance*float64(l.baseline))+limiterSlack
+}
+
+// cutLatency cuts the limit for a latency that climbed, as far as the
+// answer that took rtt says (gradient). Within the round trip of the last
+// cut it deepens that cut instead, to the gradient of the limit the cut
+// started from: a cut made at the first answer past tolerance is as deep
+// as that answer, and the slower answers of the same window, sent before
+// it, say how far it should have gone, not that it should go again.
+func (l *limiter) cutLatency(now time.Time, rtt time.Duration) {
+	f := l.gradient(rtt)
+	if now.Sub(l.lastCut) >= max(l.srtt, minCutGap) {
+		l.cut(now, f, false, false)
+		return
+	}
+	if deeper := max(1, l.peak*f); deeper < l.limit {
+		l.limit, l.ssthresh = deeper, deeper
+	}
 }
 
 // cut multiplies the limit by factor, at most once per round trip unless
