@@ -99,6 +99,11 @@ func (h *harness) newServer(opts ...option) *httptest.Server {
 		h.t.Fatal(err)
 	}
 	h.t.Cleanup(s.Close)
+	select { // else its first subscription may drop a key a test cached
+	case <-s.Watching():
+	case <-time.After(10 * time.Second):
+		h.t.Fatal("the API's key-revocation watch did not subscribe within 10 s")
+	}
 	srv := httptest.NewServer(s)
 	h.t.Cleanup(srv.Close)
 	if h.apis == nil {

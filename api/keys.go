@@ -101,8 +101,9 @@ func (s *Server) lookupKey(ctx context.Context, key string) (p webhookd.Project,
 
 // watchRevocations drops the cached keys whenever a revocation is
 // announced, and whenever the subscription is (re)made, since
-// announcements may have been missed meanwhile. It returns when ctx ends.
-func watchRevocations(ctx context.Context, rdb redis.UniversalClient, cache *keyCache, log *slog.Logger) {
+// announcements may have been missed meanwhile; it closes subscribed after
+// the first subscription's drop. It returns when ctx ends.
+func watchRevocations(ctx context.Context, rdb redis.UniversalClient, cache *keyCache, log *slog.Logger, subscribed chan<- struct{}) {
 	sub := rdb.Subscribe(ctx, keyRevocationChannel(rdb))
 	defer sub.Close()
 	ch := sub.ChannelWithSubscriptions()
@@ -117,6 +118,9 @@ func watchRevocations(ctx context.Context, rdb redis.UniversalClient, cache *key
 			cache.reset()
 			if _, revoked := m.(*redis.Message); revoked {
 				log.Debug("api key revoked elsewhere; key cache dropped")
+			} else if subscribed != nil {
+				close(subscribed)
+				subscribed = nil
 			}
 		}
 	}

@@ -217,6 +217,10 @@ type Server struct {
 	// transforms checks and tries endpoints' transformations.
 	transforms *transform.Engine
 	stop       context.CancelFunc // ends the key-revocation watch
+	// watching is closed once the key-revocation watch has subscribed
+	// and dropped what was cached before (tests wait for it: a key cached
+	// before that is dropped then).
+	watching chan struct{}
 	mux        *http.ServeMux
 	// streams are the routes that take their connection over (relay
 	// streams) or read their body as a stream (bulk jobs): served with
@@ -259,7 +263,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	s.stop = stop
-	go watchRevocations(ctx, cfg.Redis, s.keys, s.log)
+	s.watching = make(chan struct{})
+	go watchRevocations(ctx, cfg.Redis, s.keys, s.log, s.watching)
 	return s, nil
 }
 
