@@ -19,8 +19,8 @@ var ingestScenario = scenario{
 	Name: "ingest",
 	Title: func(o *Options) string {
 		return fmt.Sprintf("one instant endpoint on type bench.ingest; %s events, one per POST with an Idempotency-Key, "+
-			"from %d clients as fast as the API answers; POSTs/s over the posting, request latency, and deliveries/s "+
-			"from the first POST to the last receipt", thousands(float64(o.IngestEvents)), o.IngestClients)
+			"from %d clients as fast as the API answers; POSTs/s over the posting, request latency, deliveries/s "+
+			"from the first POST to the last receipt, and latency from each 202 to its receipt", thousands(float64(o.IngestEvents)), o.IngestClients)
 	},
 	Run: runIngest,
 }
@@ -59,6 +59,10 @@ func runIngest(ctx context.Context, o *Options, seq int) (result, error) {
 		{Name: "request p50", Unit: milliseconds, Value: percentile(took, 0.50), Target: info},
 		{Name: "request p99", Unit: milliseconds, Value: percentile(took, 0.99), Target: below(25, milliseconds)},
 		{Name: "deliveries/s", Unit: perSecond, Value: st.Rate(), Target: info, Throughput: true},
+		// Issue 38's instant receivers: WebhookX's p99 on the same load.
+		{Name: "latency p50 (accepted → received)", Unit: milliseconds, Value: percentile(st.Latencies, 0.50), Target: info},
+		{Name: "latency p99 (accepted → received)", Unit: milliseconds, Value: percentile(st.Latencies, 0.99),
+			Target: below(35, milliseconds)},
 	}
 	return result{Figures: append(figs, common...), Notes: []string{note}}, nil
 }
