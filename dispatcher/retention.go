@@ -13,18 +13,19 @@ import (
 
 // Retention keeps the history's partitions (SPEC §4) every Interval: it
 // makes the days up to Ahead from now, drops each day that ended more than
-// Keep ago and holds nothing that waits, and purges row by row what is
-// older than Keep outside such days (the legacy and default partitions, a
-// day kept for a delivery that waits) and expired idempotency records. One
-// process at a time makes a pass (a PostgreSQL advisory lock); the others
-// skip theirs. A purge deletes in statements of at most Batch rows.
+// Keep ago and holds nothing that waits (the legacy partitions of an
+// upgraded installation are such a day), and purges row by row what is
+// older than Keep outside every day (the default partitions: rows whose
+// day was never made) and expired idempotency records. A day kept for a
+// delivery that waits is kept whole. One process at a time makes a pass
+// (a PostgreSQL advisory lock); the others skip theirs. A purge deletes in
+// statements of at most Batch rows.
 //
 // With Archive, a day is written by it (archive.Archiver: written, read
 // back and verified) before it is dropped, and dropped only if its
 // partitions still hold the rows archived; a day whose archive fails is
 // kept (the Archiver logs, counts and reports it for /readyz) and tried
-// again next pass. The purge then leaves the days' rows alone
-// (storage.PurgeOutsideDays): they go only with their day, archived.
+// again next pass.
 type Retention struct {
 	DB       *storage.DB
 	Keep     time.Duration // default 336h (14 days)
@@ -83,11 +84,7 @@ func (r *Retention) RunOnce(ctx context.Context) (ran bool, p storage.Purged, er
 		if p.Days, err = r.dropDays(ctx, store, now.Add(-r.Keep)); err != nil {
 			return err
 		}
-		purge := store.Purge
-		if r.Archive != nil {
-			purge = store.PurgeOutsideDays
-		}
-		purged, err := purge(ctx, now.Add(-r.Keep), now, r.Batch)
+		purged, err := store.Purge(ctx, now.Add(-r.Keep), now, r.Batch)
 		purged.Days = p.Days
 		p = purged
 		return err

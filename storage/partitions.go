@@ -140,7 +140,7 @@ var ErrDayWaits = errors.New("a delivery of that day still waits")
 
 // DropDay drops a day's partitions of the four tables, with the external
 // ids of its events, unless a delivery of the day still waits (ErrDayWaits:
-// its partitions stay, and retention purges the rest of them row by row).
+// its partitions stay, whole, until none does).
 //
 // Each table's partition is detached in a transaction of its own that
 // locks that table alone (see makeDays: no transaction holds one table's

@@ -18,11 +18,14 @@ type Purged struct {
 	IdempotencyRecords int64
 }
 
-// Purge removes finished deliveries (with their attempts and dead letters)
-// created before cutoff, events older than cutoff that have no delivery
-// left, and idempotency records expired at now. Deliveries still waiting
-// for an attempt, with a redelivery asked for and not yet made, or held by
-// an attempt are kept whatever their age.
+// Purge removes, from outside every day (the default partitions: rows
+// whose day was never made), finished deliveries (with their attempts and
+// dead letters) created before cutoff, events older than cutoff that have
+// no delivery left, and idempotency records expired at now. A day's rows
+// go only with their day, whole (DropDay): a day kept for a delivery that
+// waits keeps all of them meanwhile (SPEC §4: never row by row). Deliveries
+// still waiting for an attempt, with a redelivery asked for and not yet
+// made, or held by an attempt are kept whatever their age.
 //
 // It deletes in statements of at most batch rows (DefaultPurgeBatch when
 // 0 or less), each its own short transaction, oldest first, until a
@@ -30,20 +33,6 @@ type Purged struct {
 // huge transaction. When ctx ends it stops between statements and returns
 // what it removed so far with ctx's error.
 func (s *Store) Purge(ctx context.Context, cutoff, now time.Time, batch int) (Purged, error) {
-	return s.purge(ctx, cutoff, now, batch, "")
-}
-
-// PurgeOutsideDays is Purge for a history that is archived: it purges only
-// the rows outside every day (the default partitions), for a day's rows go
-// only with their day, once it is archived — a day kept for a delivery
-// that waits keeps all of them meanwhile.
-func (s *Store) PurgeOutsideDays(ctx context.Context, cutoff, now time.Time, batch int) (Purged, error) {
-	return s.purge(ctx, cutoff, now, batch, "_default")
-}
-
-// purge is Purge, selecting deliveries and events from the partitions of
-// suffix (the parents when "").
-func (s *Store) purge(ctx context.Context, cutoff, now time.Time, batch int, suffix string) (Purged, error) {
 	if batch <= 0 {
 		batch = DefaultPurgeBatch
 	}
@@ -58,7 +47,7 @@ func (s *Store) purge(ctx context.Context, cutoff, now time.Time, batch int, suf
 	// attempt of it can be recorded meanwhile.
 	if p.Deliveries, err = s.purgeBatches(ctx, "deliveries", `WITH gone AS (
 			DELETE FROM deliveries WHERE id IN (
-				SELECT id FROM deliveries`+suffix+` WHERE created_at < $1 AND next_attempt_at IS NULL
+				SELECT id FROM deliveries_default WHERE created_at < $1 AND next_attempt_at IS NULL
 					AND manual_request_id IS NULL AND lease_owner IS NULL
 				ORDER BY created_at LIMIT $2)
 			AND next_attempt_at IS NULL AND manual_request_id IS NULL AND lease_owner IS NULL
@@ -75,7 +64,7 @@ func (s *Store) purge(ctx context.Context, cutoff, now time.Time, batch int, suf
 	// with none left keeps none.
 	if p.Events, err = s.purgeBatches(ctx, "events", `WITH gone AS (
 			DELETE FROM events WHERE id IN (
-				SELECT e.id FROM events`+suffix+` e WHERE e.created_at < $1
+				SELECT e.id FROM events_default e WHERE e.created_at < $1
 					AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id)
 				ORDER BY e.created_at LIMIT $2)
 			RETURNING id, external_id

@@ -36,6 +36,40 @@ func newPurgeFixture(t *testing.T) *purgeFixture {
 	return &purgeFixture{t: t, db: db, s: s, p: p, now: time.Now().UTC()}
 }
 
+// daysFromToday makes the days begin today: older rows are then outside
+// every day, in the default partitions, which are all that Purge reads.
+func (f *purgeFixture) daysFromToday() {
+	f.t.Helper()
+	if err := f.s.StartDaysAt(context.Background(), f.now, f.now, 72*time.Hour); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// TestPurgeLeavesTheDaysAlone: a finished delivery past the cutoff in a
+// day that was made stays for the day's drop (whole, SPEC §4); Purge
+// deletes row by row only outside every day.
+func TestPurgeLeavesTheDaysAlone(t *testing.T) {
+	t.Parallel()
+	f := newPurgeFixture(t)
+	s, p, now, ctx := f.s, f.p, f.now, context.Background()
+	old := now.Add(-15 * 24 * time.Hour)
+	if err := s.StartDaysAt(ctx, old, now, 72*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	id := f.mk(old)
+	f.finish(id, webhookd.DeliverySucceeded, "")
+	got, err := s.Purge(ctx, now.Add(-14*24*time.Hour), now, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != (storage.Purged{}) {
+		t.Fatalf("purged %+v from a day: want nothing (the day goes whole)", got)
+	}
+	if _, err := s.GetDelivery(ctx, p.ID, id); err != nil {
+		t.Fatalf("the day's finished delivery: %v, want it kept", err)
+	}
+}
+
 // mk makes an event created at at with one delivery, and returns the
 // delivery's id.
 func (f *purgeFixture) mk(at time.Time) string {
@@ -68,6 +102,7 @@ func (f *purgeFixture) finish(id, status, reason string) {
 func TestPurgeKeepsWhatIsYoungOrWaiting(t *testing.T) {
 	t.Parallel()
 	f := newPurgeFixture(t)
+	f.daysFromToday()
 	db, s, p, now, mk, finish := f.db, f.s, f.p, f.now, f.mk, f.finish
 	ctx := context.Background()
 	old := now.Add(-15 * 24 * time.Hour)
@@ -108,6 +143,7 @@ func TestPurgeKeepsWhatIsYoungOrWaiting(t *testing.T) {
 func TestPurgeInBatches(t *testing.T) {
 	t.Parallel()
 	f := newPurgeFixture(t)
+	f.daysFromToday()
 	ctx := context.Background()
 	old := f.now.Add(-15 * 24 * time.Hour)
 	for i := range 4 { // the oldest wait: never purged, never in the way
