@@ -221,7 +221,7 @@ type Server struct {
 	// and dropped what was cached before (tests wait for it: a key cached
 	// before that is dropped then).
 	watching chan struct{}
-	mux        *http.ServeMux
+	mux      *http.ServeMux
 	// streams are the routes that take their connection over (relay
 	// streams) or read their body as a stream (bulk jobs): served with
 	// auth and the rate limit, outside the request bound and the buffered
