@@ -33,7 +33,7 @@ import (
 //     a timeout or a refused connection cuts it by overloadCut; a smoothed
 //     latency that climbs past tolerance times the endpoint's baseline
 //     (its lowest latency) cuts it by the latency's gradient: in the ratio
-//     of tolerance × baseline to the answer's latency, by latencyCut at
+//     of that threshold to the answer's latency, by latencyCut at
 //     least and by half at most; a slower answer of the same round trip
 //     deepens that cut instead of making another (cutLatency). A cut
 //     happens at most once per round trip, so that the requests of one
@@ -193,12 +193,14 @@ func (l *limiter) rampStep() float64 {
 }
 
 // gradient is the cut for a latency that climbed, as the latest answer's
-// latency rtt says: the limit in the ratio of the latency the endpoint
-// answers in when not overloaded (tolerance × baseline) to rtt, between
-// gradientFloor and latencyCut. An overshoot of many times the endpoint's
-// capacity is undone in a few round trips, not in dozens of latencyCuts.
+// latency rtt says: the limit in the ratio of the latency past which it is
+// climbing (tolerance × baseline + slack) to rtt, between gradientFloor and
+// latencyCut. An overshoot of many times the endpoint's capacity is undone
+// in a few round trips, not in dozens of latencyCuts; a fast endpoint whose
+// answers slow by some tens of milliseconds (this machine's own load, as
+// often as the receiver's) is cut no more than before.
 func (l *limiter) gradient(rtt time.Duration) float64 {
-	ok := limiterTolerance * float64(l.baseline)
+	ok := limiterTolerance*float64(l.baseline) + float64(limiterSlack)
 	return max(gradientFloor, min(latencyCut, ok/float64(rtt)))
 }
 

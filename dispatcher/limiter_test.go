@@ -69,7 +69,7 @@ func TestLimiterReactions(t *testing.T) {
 		{"timeout cuts", steady(), t0, signalTimeout, 30 * time.Second, 20, 0, ceiling, 16},
 		{"4xx says nothing", steady(), t0, signalNone, 100 * time.Millisecond, 20, 0, ceiling, 20},
 		{"latency far past baseline cuts by half at most", steady(), t0, signalOK, 2 * time.Second, 20, 0, ceiling, 10},
-		{"latency past tolerance cuts by its gradient", climbed(), t0, signalOK, 300 * time.Millisecond, 20, 0, ceiling, 20 * 200.0 / 300},
+		{"latency past tolerance cuts by its gradient", climbed(), t0, signalOK, 400 * time.Millisecond, 20, 0, ceiling, 20 * 250.0 / 400},
 		{"latency just past tolerance cuts by latencyCut", climbed(), t0, signalOK, 210 * time.Millisecond, 20, 0, ceiling, 18},
 		{"latency within tolerance grows", steady(), t0, signalOK, 190 * time.Millisecond, 20, 0, ceiling, 20.05},
 		{"floor is 1", newLimiter(1), t0, signalTimeout, time.Second, 1, 0, ceiling, 1},
@@ -130,9 +130,9 @@ func TestLimiterReactions(t *testing.T) {
 			t.Fatalf("the first answer past tolerance: limit %v, want 18", l.limit)
 		}
 		l.srtt = 260 * time.Millisecond // the next answers climb past tolerance again
-		l.observe(t0.Add(10*time.Millisecond), signalOK, 250*time.Millisecond, 20, 0, ceiling)
-		if want := 20 * 200.0 / 250; l.limit != want {
-			t.Fatalf("a slower answer of the same round trip: limit %v, want %v (20 × 200/250, not 18 × 200/250)", l.limit, want)
+		l.observe(t0.Add(10*time.Millisecond), signalOK, 400*time.Millisecond, 20, 0, ceiling)
+		if want := 20 * 250.0 / 400; l.limit != want {
+			t.Fatalf("a slower answer of the same round trip: limit %v, want %v (20 × 250/400, not 18 × 250/400)", l.limit, want)
 		}
 		for range 5 {
 			l.srtt = 260 * time.Millisecond
