@@ -62,7 +62,14 @@ func (h *hanging) answer(_ int, w http.ResponseWriter, r *http.Request) {
 // bounded by the pool.
 func TestNoConnectionHeldThroughARequest(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *dispatcher.Config) { c.Concurrency = 60; c.EndpointInitialLimit = 50 })
+	e := newEnv(t, func(c *dispatcher.Config) {
+		c.Concurrency = 60
+		c.EndpointInitialLimit = 50
+		// Held open past the test: with the harness's 2 s, on a slow machine
+		// the first requests timed out (and their deliveries went back to
+		// waiting) before the 40th opened.
+		c.HTTP.ResponseTimeout = time.Minute
+	})
 	h := newHanging(t)
 	e.endpoint(h.URL, nil)
 	e.publish("a", 40)
