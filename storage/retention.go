@@ -44,18 +44,22 @@ func (s *Store) Purge(ctx context.Context, cutoff, now time.Time, batch int) (Pu
 	// foreign key, migrations 7 and 25: its
 	// check on every recorded attempt cost more than the attempt's own
 	// write). A delivery is purged only while no lease is on it, so no
-	// attempt of it can be recorded meanwhile.
+	// attempt of it can be recorded meanwhile. Every statement names the
+	// default partitions: a delivery's id carries its event's time and its
+	// attempts and dead letter are keyed by it, so the rows of a delivery in
+	// deliveries_default are all in the default partitions — and, through
+	// the parents, PostgreSQL 15 would lock every day's partitions.
 	if p.Deliveries, err = s.purgeBatches(ctx, "deliveries", `WITH gone AS (
-			DELETE FROM deliveries WHERE id IN (
+			DELETE FROM deliveries_default WHERE id IN (
 				SELECT id FROM deliveries_default WHERE created_at < $1 AND next_attempt_at IS NULL
 					AND manual_request_id IS NULL AND lease_owner IS NULL
 				ORDER BY created_at LIMIT $2)
 			AND next_attempt_at IS NULL AND manual_request_id IS NULL AND lease_owner IS NULL
 			RETURNING id
 		), attempts_gone AS (
-			DELETE FROM attempts WHERE delivery_id IN (SELECT id FROM gone)
+			DELETE FROM attempts_default WHERE delivery_id IN (SELECT id FROM gone)
 		), dead_letters_gone AS (
-			DELETE FROM dead_letters WHERE delivery_id IN (SELECT id FROM gone)
+			DELETE FROM dead_letters_default WHERE delivery_id IN (SELECT id FROM gone)
 		)
 		SELECT count(*) FROM gone`, cutoff, batch); err != nil {
 		return p, err
@@ -63,9 +67,9 @@ func (s *Store) Purge(ctx context.Context, cutoff, now time.Time, batch int) (Pu
 	// New deliveries are only ever made with a new event, so an old event
 	// with none left keeps none.
 	if p.Events, err = s.purgeBatches(ctx, "events", `WITH gone AS (
-			DELETE FROM events WHERE id IN (
+			DELETE FROM events_default WHERE id IN (
 				SELECT e.id FROM events_default e WHERE e.created_at < $1
-					AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id)
+					AND NOT EXISTS (SELECT 1 FROM deliveries_default d WHERE d.event_id = e.id)
 				ORDER BY e.created_at LIMIT $2)
 			RETURNING id, external_id
 		), external_ids_gone AS (
