@@ -21,7 +21,7 @@ import (
 //     answer came within rampTolerance of the baseline, that success grows
 //     it by more than one (the ramp): ×4 per 100 ms of the endpoint's
 //     round trip, so ×4 per round trip up to 100 ms, ×16 at 200 ms, and
-//     no more than ×16 however slow (rampStep). So a healthy endpoint with
+//     no more than ×16 however slow (rampGain). So a healthy endpoint with
 //     a backlog reaches the concurrency it needs within about a second
 //     whatever its latency, not a burst's length; and since the growth is
 //     per success, an endpoint that refuses past its capacity is cut as
@@ -121,10 +121,10 @@ func (l *limiter) observe(now time.Time, sig signal, rtt time.Duration, inFlight
 		switch {
 		case l.climbing(l.srtt):
 			l.cutLatency(now, rtt)
-		case l.ramping(rtt, waiting) && float64(inFlight)*(1+l.rampStep()) >= l.limit:
+		case l.ramping(rtt, waiting) && float64(inFlight)*(1+l.rampGain()) >= l.limit:
 			// In use as the ramp counts it: the requests of the round trip
-			// before, each of which may bring rampStep more.
-			l.limit += l.rampStep()
+			// before, each of which may bring rampGain more.
+			l.limit += l.rampGain()
 		case float64(inFlight)*2 >= l.limit: // in use: a limit nobody uses proves nothing
 			if l.limit < l.ssthresh {
 				l.limit++
@@ -183,11 +183,11 @@ func (l *limiter) ramping(rtt time.Duration, waiting int) bool {
 		rtt <= time.Duration(rampTolerance*float64(l.baseline))+rampSlack
 }
 
-// rampStep is the ramp's growth per success: ×4 per rampPace of the
+// rampGain is the ramp's growth per success: ×(1+rampStep) per rampPace of the
 // endpoint's round trip (its baseline), so that the ramp takes about as
 // long in time whatever the endpoint's latency, and at most ×rampMaxGrowth
 // per round trip.
-func (l *limiter) rampStep() float64 {
+func (l *limiter) rampGain() float64 {
 	trips := max(1, float64(l.baseline)/float64(rampPace))
 	return min(math.Pow(1+rampStep, trips), rampMaxGrowth) - 1
 }
