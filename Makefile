@@ -90,11 +90,11 @@ soak:
 fuzz:
 	@set -e; bin=$$(mktemp -d); trap 'rm -rf "$$bin"' EXIT; cache=$$($(GO) env GOCACHE)/fuzz; \
 	for t in $(FUZZ_TARGETS); do \
-		pkg=$${t%%:*}; name=$${t#*:}; exe=$$bin/$$(basename $$pkg).test; \
+		pkg=$${t%%:*}; name=$${t#*:}; path=$$($(GO) list $$pkg); exe=$$bin/$$(echo $$path | tr / _).test; \
 		[ -x $$exe ] || $(GO) test -c -fuzz=. -o $$exe $$pkg; \
 		echo "fuzz $$pkg $$name for $(FUZZTIME)"; \
 		(cd $$pkg && $$exe -test.run='^$$' -test.fuzz="^$$name\$$" -test.fuzztime=$(FUZZTIME) \
-			-test.parallel=$(FUZZPARALLEL) -test.fuzzcachedir="$$cache/$$($(GO) list $$pkg)" \
+			-test.parallel=$(FUZZPARALLEL) -test.fuzzcachedir="$$cache/$$path" \
 			-test.timeout=10m -test.paniconexit0); \
 	done
 
