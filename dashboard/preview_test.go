@@ -22,7 +22,14 @@ const slackScript = `function handler(w) { w.payload = {text: "n is " + w.payloa
 // event's body, a cancel, or the script's error.
 func TestEndpointTransformationFormAndPreview(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, func(c *Config) { c.AllowPrivateNetworks = true })
+	f := newFixture(t, func(c *Config) {
+		c.AllowPrivateNetworks = true
+		// The previews' results are the subject here, not the budget (the
+		// transform package tests that): under -race beside the other
+		// packages' tests, the default 50 ms ran out on a catalog example
+		// (CI on ced1fb5).
+		c.TransformTimeout = 5 * time.Second
+	})
 	ep, ids := f.seed("p", 1, "order.paid")
 	c := f.client()
 	f.login(c)
