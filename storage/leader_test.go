@@ -14,9 +14,9 @@ import (
 // holds no connection while fn runs.
 func TestLeaderLeavesThePoolToFn(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	db := poolOfOne(t, t.Context()) // setup is not what the deadline bounds
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	db := poolOfOne(t, ctx)
 	ran, err := db.AsLeader(ctx, "reconciler", func(ctx context.Context) error {
 		_, err := db.Store().DueDeliveries(ctx, time.Now(), time.Now(), storage.DueCursor{}, 10)
 		return err

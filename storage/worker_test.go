@@ -143,9 +143,9 @@ func TestDeadWorkersProbeIsFreed(t *testing.T) {
 // timeout, and the next one lands.
 func TestBeatWithThePoolExhausted(t *testing.T) {
 	t.Parallel()
+	db := poolOfOne(t, t.Context()) // setup is not what the deadline bounds
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	db := poolOfOne(t, ctx)
 	conn, err := db.Pool().Acquire(ctx) // the pool's only connection
 	if err != nil {
 		t.Fatal(err)
