@@ -86,7 +86,10 @@ func newHarness(t testing.TB, opts ...option) *harness {
 // newServer starts another API process on the same database and Redis.
 func (h *harness) newServer(opts ...option) *httptest.Server {
 	h.t.Helper()
-	cfg := api.Config{DB: h.db, Redis: h.redis, Clock: h.clock, AllowPrivateNetworks: true,
+	// TransformTimeout: a second, not the 50 ms default, which a loaded
+	// machine under -race can miss on a script that is not a runaway; the
+	// tests here look at what a budget run out says, not at how long it is.
+	cfg := api.Config{DB: h.db, Redis: h.redis, Clock: h.clock, AllowPrivateNetworks: true, TransformTimeout: time.Second,
 		Logger: slog.New(slog.NewTextHandler(h.logs, nil)), Metrics: prometheus.NewRegistry()}
 	if h.srv == nil { // the first server reports to h.registry
 		cfg.Metrics = h.registry

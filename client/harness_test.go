@@ -53,7 +53,10 @@ func newStackJobs(t testing.TB, plan storage.ProjectPlan, window time.Duration,
 	if jobs != nil {
 		enqueuer = jobs(db)
 	}
-	srv, err := api.New(api.Config{DB: db, Redis: rdb, AllowPrivateNetworks: true, RateLimitWindow: window,
+	// TransformTimeout: a second, not the 50 ms default that a loaded
+	// machine under -race can miss (the budget is the transform package's
+	// subject, not the client's).
+	srv, err := api.New(api.Config{DB: db, Redis: rdb, AllowPrivateNetworks: true, RateLimitWindow: window, TransformTimeout: time.Second,
 		Enqueuer: enqueuer, Logger: slog.New(slog.DiscardHandler), Metrics: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)

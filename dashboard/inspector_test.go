@@ -41,7 +41,9 @@ func parseHTML(t *testing.T, body string) *goquery.Document {
 
 func TestSendToInspectorSignsAndChangesNothing(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, func(c *Config) { c.Inspector = dispatcher.NewInspector(c.DB, nil, nil, transform.Config{}) })
+	f := newFixture(t, func(c *Config) {
+		c.Inspector = dispatcher.NewInspector(c.DB, nil, nil, transform.Config{Budget: 5 * time.Second})
+	})
 	epID, ids := f.seed("acme", 1, "invoice.paid")
 	ctx, s := context.Background(), f.db.Store()
 	before, err := s.DashboardDelivery(ctx, ids[0])
@@ -221,7 +223,7 @@ func TestSendToInspectorTransformed(t *testing.T) {
 	t.Parallel()
 	// The workers' payload limit, small: a body over it is not sent.
 	f := newFixture(t, func(c *Config) {
-		c.Inspector = dispatcher.NewInspector(c.DB, nil, nil, transform.Config{MaxOutput: 4096})
+		c.Inspector = dispatcher.NewInspector(c.DB, nil, nil, transform.Config{MaxOutput: 4096, Budget: 5 * time.Second})
 	})
 	epID, ids := f.seed("acme", 1, "invoice.paid")
 	ctx, s := context.Background(), f.db.Store()

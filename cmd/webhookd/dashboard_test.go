@@ -132,6 +132,10 @@ func TestDashboardInBrowser(t *testing.T) {
 	t.Parallel()
 	m, key := startMain(t, Roles{API: true, Worker: true, Ops: true}, func(c *Config) {
 		c.AllowPrivateNetworks, c.AdminToken = true, dashboardToken
+		// A catalog example's preview, not the budget, is tested here:
+		// the 50 ms default ran out under -race in the dashboard package's
+		// twin of this test (d3b0128).
+		c.TransformTimeout = 5 * time.Second
 	})
 	rc := newReceiver(t)
 	api := func(method, path, body string) map[string]any {
