@@ -96,6 +96,26 @@ func (r *dayRoutes) forget(err error) {
 	}
 }
 
+// daySQL is a statement for each day's partitions, built once per suffix
+// and kept: the hot statements (claimSQL, recordSQL) are the same text for
+// every batch of a day, and building it for every batch was about 1 % of
+// the worker's CPU under a stream of single events. A process sees a new
+// suffix once a day.
+type daySQL struct {
+	build func(suffix string) string
+	made  sync.Map // suffix → statement
+}
+
+// get returns the statement for suffix's partitions.
+func (c *daySQL) get(suffix string) string {
+	if s, ok := c.made.Load(suffix); ok {
+		return s.(string)
+	}
+	s := c.build(suffix)
+	c.made.Store(suffix, s)
+	return s
+}
+
 // partition returns table's partition of suffix, or table for "".
 func partition(table, suffix string) string {
 	if suffix == "" {

@@ -162,10 +162,12 @@ func (db *DB) ClaimDeliveries(ctx context.Context, now, until time.Time, cs []Cl
 
 // claimSQL is the claim of deliveries in the day partitions of suffix (the
 // parents for "").
-func claimSQL(suffix string) string {
+func claimSQL(suffix string) string { return claimSQLs.get(suffix) }
+
+var claimSQLs = daySQL{build: func(suffix string) string {
 	return strings.NewReplacer("{deliveries}", partition("deliveries", suffix), "{events}", partition("events", suffix)).
 		Replace(claimTemplate)
-}
+}}
 
 // claimTemplate is ClaimDeliveries' statement, with the tables it looks
 // rows up in by key as {deliveries} and {events}. Whether a FIFO delivery
@@ -468,10 +470,12 @@ func recordArgs(rs []Record) []any {
 
 // recordSQL is recordTemplate for deliveries in the day partitions of
 // suffix (the parents for "").
-func recordSQL(suffix string) string {
+func recordSQL(suffix string) string { return recordSQLs.get(suffix) }
+
+var recordSQLs = daySQL{build: func(suffix string) string {
 	return strings.NewReplacer("{deliveries}", partition("deliveries", suffix),
 		"{dead_letters}", partition("dead_letters", suffix)).Replace(recordTemplate)
-}
+}}
 
 // recordTemplate applies records where their lease is held, and returns
 // the ordinal of each record applied, with whether it disabled its
