@@ -64,7 +64,8 @@ type circuitState struct {
 // ApplyCircuit counts outcomes towards each endpoint's breaker, in order
 // (circuitState.count), and returns the endpoints whose circuit or status
 // changed. It writes the operational events of the changes in the same
-// transaction (circuitEvents), at the time of the endpoint's last outcome.
+// transaction (circuitEvents), at the time of the endpoint's last outcome
+// or just after the endpoint's last event, whichever is later (afterLast).
 func (db *DB) ApplyCircuit(ctx context.Context, cfg CircuitConfig, outcomes []CircuitOutcome) ([]CircuitChange, error) {
 	if len(outcomes) == 0 {
 		return nil, nil
@@ -107,6 +108,9 @@ func (db *DB) ApplyCircuit(ctx context.Context, cfg CircuitConfig, outcomes []Ci
 				changes = append(changes, c)
 			}
 		}
+		if err := afterLast(ctx, tx, evs); err != nil {
+			return err
+		}
 		ds, err := insertOperationalEvents(ctx, tx, evs)
 		for i, d := range ds {
 			changes[of[i]].Deliveries = append(changes[of[i]].Deliveries, d...)
@@ -117,6 +121,54 @@ func (db *DB) ApplyCircuit(ctx context.Context, cfg CircuitConfig, outcomes []Ci
 		return nil, fmt.Errorf("circuit: %w", err)
 	}
 	return changes, nil
+}
+
+// afterLast moves each event of evs to just after the last event about its
+// endpoint (events_lifecycle_idx), if its time is not later already, so
+// that an endpoint's events are in the order of its changes, which its row
+// lock (lockCircuits) puts in the order of their commits. An event's time
+// is the endpoint's last outcome's, and a worker's outcomes can be counted
+// after another worker's later ones (a success in flight as another's
+// failures opened the circuit, counted once its worker's link to
+// PostgreSQL came back): dated by its outcome, its circuit_closed would
+// sort before the circuit_opened it followed, and the endpoint's history,
+// read in id order as the API lists it, would say closed, closed while the
+// circuit is closed and its last event says opened.
+func afterLast(ctx context.Context, tx pgx.Tx, evs []operationalEvent) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	about := make([]string, len(evs))
+	for i, ev := range evs {
+		about[i] = ev.about
+	}
+	rows, err := tx.Query(ctx, `SELECT a.ep, (SELECT e.created_at FROM events e
+			WHERE (e.data->>'endpoint_id') = a.ep AND e.type LIKE 'webhookd.endpoint.%'
+			ORDER BY e.id DESC LIMIT 1)
+		FROM unnest($1::text[]) AS a(ep)`, about)
+	if err != nil {
+		return fmt.Errorf("last events: %w", err)
+	}
+	last := map[string]time.Time{}
+	var (
+		ep string
+		at *time.Time
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&ep, &at}, func() error {
+		if at != nil {
+			last[ep] = *at
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("last events: %w", err)
+	}
+	for i := range evs {
+		// An id's time is in milliseconds: a millisecond on, it sorts after.
+		if l, ok := last[evs[i].about]; ok && evs[i].at.Before(l.Add(time.Millisecond)) {
+			evs[i].at = l.Add(time.Millisecond)
+		}
+	}
+	return nil
 }
 
 // circuitEvents are the operational events that tell of c, made at at.

@@ -2,8 +2,11 @@ package storage_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/internal/testenv"
@@ -253,5 +256,64 @@ func TestCircuitEnabledEndpointStartsClosed(t *testing.T) {
 	ch, err = db.ApplyCircuit(ctx, cfg, []storage.CircuitOutcome{{EndpointID: e.ID, At: time.Now()}})
 	if b := readBreaker(t, db, e.ID); err != nil || len(ch) != 0 || b.status != webhookd.EndpointActive || b.failures != 1 {
 		t.Fatalf("one failure after the enable: %+v %v, endpoint %+v", ch, err, b)
+	}
+}
+
+// TestCircuitEventsInTheOrderOfTheChanges: a success counted after the
+// failures that opened the circuit, though it came before them (an attempt
+// in flight, counted late by its worker), closes the circuit, and its
+// circuit_closed follows the circuit_opened in the endpoint's history, by
+// id as the API lists it and by time (chaos soak, seed 185340947:
+// "circuit_closed twice in a row").
+func TestCircuitEventsInTheOrderOfTheChanges(t *testing.T) {
+	t.Parallel()
+	db := testenv.DB(t)
+	ctx := context.Background()
+	_, p, err := db.Store().CreateAPIKey(ctx, "p", storage.ProjectPlan{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := db.Store().CreateEndpoint(ctx, p.ID, storage.NewEndpoint{URL: "http://127.0.0.1:9/", Secret: "whsec_AAAA"}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := storage.CircuitConfig{After: 3, Probes: []time.Duration{10 * time.Second}}
+	t0 := time.Now().UTC().Truncate(time.Second)
+	apply := func(ok bool, at time.Time) {
+		t.Helper()
+		if _, err := db.ApplyCircuit(ctx, cfg, []storage.CircuitOutcome{{EndpointID: e.ID, OK: ok, At: at}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 3 {
+		apply(false, t0.Add(time.Duration(i)*time.Second))
+	}
+	apply(true, t0.Add(1500*time.Millisecond)) // before the third failure, counted after it
+	apply(false, t0.Add(3*time.Second))
+	for i := range 3 { // and it opens again
+		apply(false, t0.Add(time.Duration(4+i)*time.Second))
+	}
+	rows, err := db.Pool().Query(ctx, `SELECT type, created_at FROM events
+		WHERE type LIKE 'webhookd.endpoint.circuit_%' AND data->>'endpoint_id' = $1 ORDER BY id`, e.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		typ  string
+		at   time.Time
+		seen []string
+		prev time.Time
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&typ, &at}, func() error {
+		if !at.After(prev) {
+			t.Errorf("%s at %s, not after the event before it (%s)", typ, at, prev)
+		}
+		seen, prev = append(seen, strings.TrimPrefix(typ, "webhookd.endpoint.circuit_")), at
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(seen, ","); got != "opened,closed,opened" {
+		t.Fatalf("the endpoint's circuit events in id order: %s, want opened,closed,opened", got)
 	}
 }
