@@ -269,11 +269,7 @@ func TestCircuitEventsInTheOrderOfTheChanges(t *testing.T) {
 	t.Parallel()
 	db := testenv.DB(t)
 	ctx := context.Background()
-	_, p, err := db.Store().CreateAPIKey(ctx, "p", storage.ProjectPlan{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := db.Store().CreateEndpoint(ctx, p.ID, storage.NewEndpoint{URL: "http://127.0.0.1:9/", Secret: "whsec_AAAA"}, time.Now())
+	e, err := db.Store().CreateEndpoint(ctx, newProject(t, db), storage.NewEndpoint{URL: "http://127.0.0.1:9/", Secret: "whsec_AAAA"}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
