@@ -202,12 +202,18 @@ func (s *chaosSystem) Close() {
 
 // Start starts the slot's process and waits until /readyz answers 200,
 // starting it again while it exits at start (its PostgreSQL or Redis may
-// be down: that is a fault, not a failure) until ctx ends.
+// be down: that is a fault, not a failure) until ctx ends or startWithin
+// has passed: a process that cannot start for that long (its address
+// taken) fails the soak instead of holding it for ever.
 func (p *chaosProc) Start(ctx context.Context) error {
+	deadline := time.Now().Add(startWithin)
 	for {
 		err := p.startOnce(ctx)
 		if err == nil || ctx.Err() != nil {
 			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s did not start within %s: %w", p.Name, startWithin, err)
 		}
 		select {
 		case <-ctx.Done():
@@ -216,6 +222,10 @@ func (p *chaosProc) Start(ctx context.Context) error {
 		}
 	}
 }
+
+// startWithin bounds Start: longer than any fault keeps a process from
+// starting.
+const startWithin = 2 * time.Minute
 
 func (p *chaosProc) startOnce(ctx context.Context) error {
 	logFile, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -9,17 +10,45 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
 
-// freeAddr returns 127.0.0.1:<port> for a port that was free a moment ago.
-// It picks below the kernel's ephemeral range (ip_local_port_range), where
-// the outgoing connections of everything running (webhookd's own to
-// PostgreSQL and Redis among them) never take a port: a port from the
-// ephemeral range, free a moment ago, was now and then some connection's
-// by the time webhookd bound it ("address already in use").
+// freeAddr returns 127.0.0.1:<port> for a port that was free a moment ago
+// and that it never returned before in this process. It picks below the
+// kernel's ephemeral range (ip_local_port_range), where the outgoing
+// connections of everything running (webhookd's own to PostgreSQL and
+// Redis among them) never take a port: a port from the ephemeral range,
+// free a moment ago, was now and then some connection's by the time
+// webhookd bound it ("address already in use"). And a port is handed out
+// once: the chaos soak takes a dozen before it starts anything, and two
+// picks of the same one (free both times, nothing bound yet) left a serve
+// process unable to bind its API, restarted for ever (CI, seed 699732013).
 func freeAddr() (string, error) {
+	for range 100 {
+		addr, err := pickAddr()
+		if err != nil {
+			return "", err
+		}
+		handedMu.Lock()
+		again := handed[addr]
+		handed[addr] = true
+		handedMu.Unlock()
+		if !again {
+			return addr, nil
+		}
+	}
+	return "", errors.New("find a free port: every pick was one handed out before")
+}
+
+var (
+	handedMu sync.Mutex
+	handed   = map[string]bool{} // addresses freeAddr returned
+)
+
+// pickAddr is freeAddr's pick, handed out before or not.
+func pickAddr() (string, error) {
 	low := 32768
 	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
 		if f := strings.Fields(string(b)); len(f) == 2 {
