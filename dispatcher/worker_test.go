@@ -331,8 +331,12 @@ func TestScheduledDeliveryForDisabledEndpointDeadLetters(t *testing.T) {
 
 func TestReconcilerSurvivesRedisFlush(t *testing.T) {
 	t.Parallel()
+	// The retries wait 5 s: the flush must find them scheduled. With 2 s,
+	// under -race beside the other packages, the first attempts of the 50
+	// spread over more than that, and a delivery looked at late had retried
+	// and succeeded already (CI on 1710e19).
 	e := newEnv(t, func(c *dispatcher.Config) {
-		c.Schedule = dispatcher.Schedule{2 * time.Second}
+		c.Schedule = dispatcher.Schedule{5 * time.Second}
 		c.ReconcileInterval = 300 * time.Millisecond
 	})
 	var mu sync.Mutex
@@ -350,11 +354,20 @@ func TestReconcilerSurvivesRedisFlush(t *testing.T) {
 	})
 	e.endpoint(rc.URL, nil)
 	ids := e.publish("a", 50)
-	for _, id := range ids {
-		e.waitStatus(id, webhookd.DeliveryRetrying, 20*time.Second)
+	attempted := func(status string) int {
+		return e.count(`SELECT count(*) FROM deliveries WHERE id = ANY($1) AND attempts_count >= 1 AND status LIKE $2`, ids, status)
 	}
+	for deadline := time.Now().Add(20 * time.Second); attempted("%") < len(ids); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d deliveries attempted after 20s", attempted("%"), len(ids))
+		}
+	}
+	waiting := attempted(webhookd.DeliveryRetrying)
 	if err := e.redis.FlushDB(context.Background()).Err(); err != nil { // every scheduled retry is gone
 		t.Fatal(err)
+	}
+	if waiting == 0 {
+		t.Fatal("no delivery waited for its retry as Redis was flushed: the test tested nothing")
 	}
 	for _, id := range ids {
 		e.waitStatus(id, webhookd.DeliverySucceeded, 30*time.Second)
