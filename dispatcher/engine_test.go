@@ -434,7 +434,9 @@ func TestOverlappingReplaysDeliverOnce(t *testing.T) {
 func TestManualAttemptsKeepTheSchedule(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(c *dispatcher.Config) {
-		c.Schedule = dispatcher.Schedule{3 * time.Second, 3 * time.Second}
+		// Room for both manual attempts before the first automatic retry,
+		// on a loaded machine under -race.
+		c.Schedule = dispatcher.Schedule{6 * time.Second, 3 * time.Second}
 	})
 	rc := newReceiver(t, status(500))
 	e.endpoint(rc.URL, nil)

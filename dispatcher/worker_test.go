@@ -311,7 +311,9 @@ func TestGoneDisablesEndpoint(t *testing.T) {
 
 func TestScheduledDeliveryForDisabledEndpointDeadLetters(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *dispatcher.Config) { c.Schedule = dispatcher.Schedule{time.Second} })
+	// The retry waits long enough for the endpoint to be disabled before
+	// it, on a loaded machine under -race.
+	e := newEnv(t, func(c *dispatcher.Config) { c.Schedule = dispatcher.Schedule{4 * time.Second} })
 	rc := newReceiver(t, status(500))
 	ep := e.endpoint(rc.URL, nil)
 	id := e.publish("a", 1)[0]
