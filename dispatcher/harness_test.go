@@ -220,16 +220,7 @@ func deref[T any](p *T) any {
 }
 
 // waitFor polls cond until it holds or the time is up.
-func waitFor(t testing.TB, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, within)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
+var waitFor = testenv.WaitFor
 
 // redeliver asks for a manual attempt as the API does: recorded, then queued.
 func (e *env) redeliver(id, by string) {

@@ -29,6 +29,8 @@ type metrics struct {
 	// closed and endpoints disabled by the breaker.
 	probes   prometheus.Counter
 	circuits *prometheus.CounterVec
+	// servers is how many asynq servers hand this worker its tasks (bells).
+	servers prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -66,6 +68,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		deadLetters: counterVec("webhookd_dead_letters_total", "Deliveries that became dead letters, by reason.", "reason"),
 		replays: counterVec("webhookd_dead_letter_replays_total",
 			"Dead letters replayed by background jobs, by result (succeeded, failed).", "result"),
+		servers: prometheus.NewGauge(prometheus.GaugeOpts{Name: "webhookd_worker_task_servers",
+			Help: "asynq servers taking this worker's tasks: 1 at rest, more while tasks wait in the queue."}),
 	}
 	for _, reason := range webhookd.DeadLetterReasons {
 		m.deadLetters.WithLabelValues(reason) // every series from the start, so rate() sees the first one
@@ -74,7 +78,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.circuits.WithLabelValues(t)
 	}
 	for _, c := range []prometheus.Collector{m.attempts, m.duration, m.reconcile, m.offered, m.held, m.groups,
-		m.reenqueued, m.deadLetters, m.replays, m.probes, m.circuits} {
+		m.reenqueued, m.deadLetters, m.replays, m.probes, m.circuits, m.servers} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

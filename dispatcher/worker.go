@@ -172,7 +172,7 @@ func (c Config) TaskTimeout() time.Duration { return c.Lease() + 10*time.Second 
 // beside them.
 type Worker struct {
 	cfg        Config
-	server     *asynq.Server
+	bells      *bells // the asynq servers
 	Deliverer  *Deliverer
 	Queue      *Queue
 	reconciler *Reconciler
@@ -236,17 +236,27 @@ func NewWorker(cfg Config) (*Worker, error) {
 		w.inBackground(time.Time{}, func() { _ = w.probe(w.background, ep) })
 	}
 	q.stuck = w.attemptInBackground
-	w.server = asynq.NewServerFromRedisClient(cfg.Redis, asynq.Config{
-		Concurrency:              cfg.Concurrency,
-		Queues:                   map[string]int{cfg.Queue: 1},
-		TaskCheckInterval:        cfg.PollInterval,
-		DelayedTaskCheckInterval: 200 * time.Millisecond, // scheduled retries keep to about a second
-		RetryDelayFunc:           retryDelay,
-		IsFailure:                func(err error) bool { return !isRetryAt(err) },
-		Logger:                   asynqLogger{cfg.Logger},
-		LogLevel:                 asynq.WarnLevel,
-		ShutdownTimeout:          cfg.AttemptTimeout() + 10*time.Second, // in-flight attempts finish and are recorded
-	})
+	w.bells = &bells{redis: cfg.Redis, pending: "asynq:{" + cfg.Queue + "}:pending", n: bellsFor(cfg.Concurrency),
+		log: cfg.Logger, running: func(n int) { m.servers.Set(float64(n)) }, tick: bellTick, idle: bellIdle,
+		config: func(i, n int) asynq.Config {
+			c := asynq.Config{
+				Concurrency:              shareOf(cfg.Concurrency, i, n),
+				Queues:                   map[string]int{cfg.Queue: 1},
+				TaskCheckInterval:        cfg.PollInterval,
+				DelayedTaskCheckInterval: 200 * time.Millisecond, // scheduled retries keep to about a second
+				RetryDelayFunc:           retryDelay,
+				IsFailure:                func(err error) bool { return !isRetryAt(err) },
+				Logger:                   asynqLogger{cfg.Logger},
+				LogLevel:                 asynq.WarnLevel,
+				ShutdownTimeout:          cfg.AttemptTimeout() + 10*time.Second, // in-flight attempts finish and are recorded
+			}
+			if i > 0 {
+				// The first server forwards scheduled retries; an extra's
+				// forwarder only repeats its work, at asynq's own pace.
+				c.DelayedTaskCheckInterval = 5 * time.Second
+			}
+			return c
+		}}
 	return w, nil
 }
 
@@ -289,7 +299,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	mux.HandleFunc(TaskJob, w.handleJob)
 	mux.HandleFunc(TaskProbe, func(ctx context.Context, t *asynq.Task) error { return w.probe(ctx, string(t.Payload())) })
 	mux.HandleFunc(TaskRegister, func(context.Context, *asynq.Task) error { return nil })
-	if err := w.server.Start(mux); err != nil {
+	if err := w.bells.start(mux); err != nil {
 		return fmt.Errorf("start worker: %w", err)
 	}
 	w.heart.start(ctx, heartbeatInterval, w.beat)
@@ -343,7 +353,7 @@ func (w *Worker) Stop() {
 	w.reconciler.Stop()
 	w.retention.Stop()
 	w.Deliverer.holder.Stop()
-	w.server.Shutdown()
+	w.bells.shutdown()
 	w.attempts.Wait() // the reconciler's attempts of a dead worker's deliveries
 	w.Deliverer.holder.holds.Stop()
 	w.Deliverer.claims.Stop()
@@ -363,6 +373,7 @@ func (w *Worker) Stop() {
 // handleDelivery makes the attempt a delivery task asks for, on a warm
 // goroutine (asynq runs each task on a new one).
 func (w *Worker) handleDelivery(ctx context.Context, t *asynq.Task) error {
+	w.bells.taken()
 	var p deliveryTask
 	if err := json.Unmarshal(t.Payload(), &p); err != nil {
 		w.cfg.Logger.Error("dropping a delivery task with a bad payload", "err", err)

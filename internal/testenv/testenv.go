@@ -193,3 +193,16 @@ func Record(t testing.TB, db *storage.DB, deliveryID string, a webhookd.Attempt,
 	}
 	return a
 }
+
+// WaitFor polls cond until it holds, or fails the test once within has
+// passed, naming what it waited for.
+func WaitFor(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, within)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
