@@ -64,7 +64,7 @@ func TestBellsRingWhileTasksWait(t *testing.T) {
 	runningNow := func() []int { mu.Lock(); defer mu.Unlock(); return append([]int(nil), running...) }
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	b := &bells{redis: rdb, pending: "asynq:{" + queue + "}:pending", n: 3, log: quiet, tick: 10 * time.Millisecond,
-		idle: 300 * time.Millisecond,
+		idle:    300 * time.Millisecond,
 		running: func(n int) { mu.Lock(); running = append(running, n); mu.Unlock() },
 		config: func(i, n int) asynq.Config {
 			return asynq.Config{Concurrency: shareOf(concurrency, i, n), Queues: map[string]int{queue: 1},
