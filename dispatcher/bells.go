@@ -1,7 +1,6 @@
 package dispatcher
 
 import (
-	"context"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -24,27 +23,29 @@ import (
 // A worker therefore splits its slots between up to maxBells servers on
 // the same queue. The first runs for the worker's whole life and polls at
 // the worker's poll interval; the others (the extra bells) run only while
-// tasks wait or come fast: a look (every bellTick) that finds at least
-// bellBacklog tasks pending in the queue, or that bellBusy tasks or more
-// started since the last look, starts them all, and once neither has been
-// true for bellIdle they stop. So at rest one server polls (an idle
-// worker's CPU is mostly its polls), and under load tasks are taken as
-// fast as their handlers free slots. The servers share the worker's
-// concurrency, so their sum never exceeds it: the first has half, the
-// extras the rest; tasks that find the first server's half busy wait,
-// pending, until the extras start.
+// the worker is busy: a look every bellTick that finds at least bellBusy
+// tasks started since the last look, or the first server's slots three
+// quarters taken, starts them all, and once neither has been true for
+// bellIdle they stop. The worker counts both itself (taken, finished):
+// the looks cost no Redis call, and the queue's own keys are asynq's to
+// read. So at rest one server polls (an idle worker's CPU is mostly its
+// polls), and under load tasks are taken as fast as their handlers free
+// slots. The servers share the worker's concurrency, so their sum never
+// exceeds it: the first has half, the extras the rest.
 type bells struct {
-	redis   redis.UniversalClient
-	pending string                      // the queue's pending list (asynq's key)
-	config  func(i, n int) asynq.Config // server i of n
-	n       int                         // servers at most
-	handler asynq.Handler
-	log     *slog.Logger
-	running func(n int) // told how many servers run, after each change
+	redis  redis.UniversalClient
+	config func(i, n int) asynq.Config // server i of n
+	n      int                         // servers at most
+	// firstShare is the first server's slots (config(0, n)'s concurrency).
+	firstShare int
+	handler    asynq.Handler
+	log        *slog.Logger
+	running    func(n int) // told how many servers run, after each change
 
 	tick, idle time.Duration
 
-	started atomic.Int64 // tasks started since the last look (taken)
+	started  atomic.Int64 // tasks started since the last look (taken)
+	inFlight atomic.Int64 // tasks running now (taken, finished)
 
 	mu       sync.Mutex
 	servers  []*asynq.Server // [0] always, then the extras running
@@ -55,12 +56,11 @@ type bells struct {
 
 // Tuning of the extra bells.
 const (
-	maxBells    = 4
-	bellsPer    = 50 // slots per server at least: fewer servers below 2×bellsPer slots
-	bellTick    = 100 * time.Millisecond
-	bellBacklog = 32  // tasks pending at a look that count as a backlog
-	bellBusy    = 100 // tasks started between two looks (1,000/s) that count as a load
-	bellIdle    = 2 * time.Second
+	maxBells = 4
+	bellsPer = 50 // slots per server at least: fewer servers below 2×bellsPer slots
+	bellTick = 100 * time.Millisecond
+	bellBusy = 100 // tasks started between two looks (1,000/s) that count as a load
+	bellIdle = 2 * time.Second
 )
 
 // bellsFor is how many servers a worker of concurrency slots runs at most.
@@ -91,6 +91,7 @@ func shareOf(concurrency, i, n int) int {
 // that rings the extras.
 func (b *bells) start(h asynq.Handler) error {
 	b.handler = h
+	b.firstShare = b.config(0, b.n).Concurrency
 	if err := b.startOne(); err != nil {
 		return err
 	}
@@ -118,7 +119,7 @@ func (b *bells) startOne() error {
 	return nil
 }
 
-// loop looks at the queue's pending tasks every tick and starts or stops
+// loop looks at the tasks started and running every tick and starts or stops
 // the extra bells.
 func (b *bells) loop() {
 	defer close(b.done)
@@ -131,21 +132,16 @@ func (b *bells) loop() {
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		n, err := b.redis.LLen(ctx, b.pending).Result()
-		cancel()
-		if err != nil {
-			continue // Redis is away: the running servers say so in their own way
-		}
-		now, busy := time.Now(), b.started.Swap(0) >= bellBusy
-		if n > 0 || busy {
+		now := time.Now()
+		busy := b.started.Swap(0) >= bellBusy || 4*b.inFlight.Load() >= 3*int64(b.firstShare)
+		if busy {
 			lastBusy = now
 		}
 		b.mu.Lock()
 		running := len(b.servers)
 		b.mu.Unlock()
 		switch {
-		case (n >= bellBacklog || busy) && running < b.n:
+		case busy && running < b.n:
 			for range b.n - running {
 				if err := b.startOne(); err != nil {
 					b.log.Warn("starting another asynq server failed", "err", err)
@@ -195,5 +191,7 @@ func (b *bells) shutdown() {
 	b.stopping.Wait()
 }
 
-// taken counts a task one of the servers handed the worker.
-func (b *bells) taken() { b.started.Add(1) }
+// taken counts a task one of the servers handed the worker, finished
+// its end.
+func (b *bells) taken()    { b.started.Add(1); b.inFlight.Add(1) }
+func (b *bells) finished() { b.inFlight.Add(-1) }

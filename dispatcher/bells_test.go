@@ -46,10 +46,10 @@ func TestBellsShares(t *testing.T) {
 	}
 }
 
-// TestBellsRingWhileTasksWait: with tasks waiting in the queue, the extra
-// servers start, every task runs once, no more run at once than the
-// worker's concurrency, and once the queue has been empty for the idle
-// time only the first server is left.
+// TestBellsRingWhileTasksWait: with the first server's slots taken and
+// tasks waiting in the queue, the extra servers start, every task runs once, no more run at once than the
+// worker's concurrency, and once the tasks are done and the idle time
+// has passed only the first server is left.
 func TestBellsRingWhileTasksWait(t *testing.T) {
 	rdb, _ := testenv.Redis(t)
 	const (
@@ -63,7 +63,7 @@ func TestBellsRingWhileTasksWait(t *testing.T) {
 	)
 	runningNow := func() []int { mu.Lock(); defer mu.Unlock(); return append([]int(nil), running...) }
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	b := &bells{redis: rdb, pending: "asynq:{" + queue + "}:pending", n: 3, log: quiet, tick: 10 * time.Millisecond,
+	b := &bells{redis: rdb, n: 3, log: quiet, tick: 10 * time.Millisecond,
 		idle:    300 * time.Millisecond,
 		running: func(n int) { mu.Lock(); running = append(running, n); mu.Unlock() },
 		config: func(i, n int) asynq.Config {
@@ -78,6 +78,8 @@ func TestBellsRingWhileTasksWait(t *testing.T) {
 	seen := sync.Map{}
 	var twice atomic.Int64
 	handler := asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
+		b.taken() // as Worker.handleDelivery does
+		defer b.finished()
 		n := inFlight.Add(1)
 		defer inFlight.Add(-1)
 		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {

@@ -236,7 +236,7 @@ func NewWorker(cfg Config) (*Worker, error) {
 		w.inBackground(time.Time{}, func() { _ = w.probe(w.background, ep) })
 	}
 	q.stuck = w.attemptInBackground
-	w.bells = &bells{redis: cfg.Redis, pending: "asynq:{" + cfg.Queue + "}:pending", n: bellsFor(cfg.Concurrency),
+	w.bells = &bells{redis: cfg.Redis, n: bellsFor(cfg.Concurrency),
 		log: cfg.Logger, running: func(n int) { m.servers.Set(float64(n)) }, tick: bellTick, idle: bellIdle,
 		config: func(i, n int) asynq.Config {
 			c := asynq.Config{
@@ -374,6 +374,7 @@ func (w *Worker) Stop() {
 // goroutine (asynq runs each task on a new one).
 func (w *Worker) handleDelivery(ctx context.Context, t *asynq.Task) error {
 	w.bells.taken()
+	defer w.bells.finished()
 	var p deliveryTask
 	if err := json.Unmarshal(t.Payload(), &p); err != nil {
 		w.cfg.Logger.Error("dropping a delivery task with a bad payload", "err", err)
