@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/go-redis/redis_rate/v10"
@@ -16,6 +17,15 @@ import (
 // with GCRA so every serve process shares one counter. When Redis cannot be
 // reached it fails open: the request goes through, a log line and a metric
 // say so.
+//
+// A key that takes many requests a second is not asked of Redis once per
+// request: the process takes a few of its tokens ahead (reserve), as many
+// as came in the last reserveSlot, and lets the next requests through on
+// them while a refill runs beside. Redis still counts every token, so the
+// limit shared by all processes holds; a token taken ahead is only taken
+// some milliseconds early, and one left unused is dropped, never given
+// twice (a process under-admits by at most a slot's worth). A key with a
+// few requests a slot goes to Redis for each, as before.
 type rateLimiter struct {
 	lim      *redis_rate.Limiter
 	prefix   string
@@ -25,7 +35,34 @@ type rateLimiter struct {
 	failOpen prometheus.Counter
 	rejected prometheus.Counter
 	gate     redisGate
+
+	mu       sync.Mutex
+	reserves map[string]*reserve
+	swept    time.Time
+	refills  sync.WaitGroup
 }
+
+// reserve is one key's tokens taken from Redis ahead, and the demand that
+// says how many to take.
+type reserve struct {
+	tokens    int       // taken from Redis's count, not used yet
+	remaining int       // what Redis had left after them
+	reset     time.Time // the end of Redis's window as it said then (time.Now's clock)
+	until     time.Time // tokens unused by then are dropped
+	refilling bool
+	slot      time.Time // the start of the slot whose arrivals are counted
+	arrivals  int       // requests in that slot
+	last      int       // requests in the slot before it
+}
+
+// Reservation tuning.
+const (
+	reserveSlot = 10 * time.Millisecond // demand is counted per slot
+	reserveMin  = 4                     // arrivals a slot before tokens are taken ahead
+	reserveMax  = 64                    // the most taken ahead at once
+	reserveFor  = time.Second           // a token taken ahead and unused by then is dropped
+	reserveIdle = time.Minute           // a key's reserve is forgotten after this long unused
+)
 
 func newRateLimiter(rdb redis.UniversalClient, prefix string, window, timeout time.Duration, log *slog.Logger, reg prometheus.Registerer) (*rateLimiter, error) {
 	l := &rateLimiter{lim: redis_rate.NewLimiter(rdb), prefix: prefix, window: window, timeout: timeout, log: log,
@@ -55,29 +92,176 @@ type rateResult struct {
 }
 
 func (l *rateLimiter) allow(ctx context.Context, key string, perMinute int, now time.Time) rateResult {
+	if out, ok := l.fromReserve(key, perMinute, now); ok {
+		return out
+	}
 	open := rateResult{allowed: true, limit: perMinute, remaining: perMinute, reset: now.Add(l.window)}
 	if !l.gate.try(time.Now()) {
 		l.failOpen.Inc()
 		return open
 	}
-	ctx, cancel := context.WithTimeout(ctx, l.timeout)
-	defer cancel()
-	res, err := l.lim.Allow(ctx, l.prefix+key, redis_rate.Limit{Rate: perMinute, Burst: perMinute, Period: l.window})
+	ahead := l.demand(key, perMinute)
+	res, err := l.take(ctx, key, perMinute, 1+ahead)
 	if err != nil {
-		l.failOpen.Inc()
-		if l.gate.failed(time.Now()) {
-			l.log.Warn("rate limiter cannot reach redis; letting requests through unlimited", "err", err)
-		}
 		return open
 	}
-	l.gate.succeeded()
 	out := rateResult{allowed: res.Allowed > 0, limit: perMinute, remaining: res.Remaining,
 		reset: now.Add(res.ResetAfter)}
 	if !out.allowed {
 		out.retryAfter = res.RetryAfter
 		l.rejected.Inc()
+		return out
+	}
+	if res.Allowed > 1 {
+		out.remaining += l.keep(key, res.Allowed-1, res.Remaining, res.ResetAfter)
 	}
 	return out
+}
+
+// take asks Redis for n of key's tokens, as many as it has when fewer; an
+// error (logged, counted, the gate told) means fail open.
+func (l *rateLimiter) take(ctx context.Context, key string, perMinute, n int) (*redis_rate.Result, error) {
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	limit := redis_rate.Limit{Rate: perMinute, Burst: perMinute, Period: l.window}
+	var res *redis_rate.Result
+	var err error
+	if n == 1 {
+		res, err = l.lim.Allow(ctx, l.prefix+key, limit)
+	} else {
+		res, err = l.lim.AllowAtMost(ctx, l.prefix+key, limit, n)
+	}
+	if err != nil {
+		l.failOpen.Inc()
+		if l.gate.failed(time.Now()) {
+			l.log.Warn("rate limiter cannot reach redis; letting requests through unlimited", "err", err)
+		}
+		return nil, err
+	}
+	l.gate.succeeded()
+	return res, nil
+}
+
+// aheadCap is the most tokens of a key limited to perMinute that a process
+// may take ahead: a second's share of the limit, at most reserveMax; 0 (a
+// small limit) means never.
+func aheadCap(perMinute int) int {
+	if c := min(perMinute/60, reserveMax); c >= reserveMin {
+		return c
+	}
+	return 0
+}
+
+// reserveLocked returns key's reserve, counting one request's arrival at
+// now; nil for a key whose limit is too small to take tokens ahead.
+func (l *rateLimiter) reserveLocked(key string, perMinute int, now time.Time) *reserve {
+	if aheadCap(perMinute) == 0 {
+		return nil
+	}
+	if now.Sub(l.swept) >= reserveIdle {
+		for k, r := range l.reserves {
+			if now.Sub(r.slot) >= reserveIdle && !r.refilling {
+				delete(l.reserves, k)
+			}
+		}
+		l.swept = now
+	}
+	r, ok := l.reserves[key]
+	if !ok {
+		r = &reserve{slot: now}
+		if l.reserves == nil {
+			l.reserves = map[string]*reserve{}
+		}
+		l.reserves[key] = r
+	}
+	switch since := now.Sub(r.slot); {
+	case since >= 2*reserveSlot:
+		r.slot, r.last, r.arrivals = now, 0, 0
+	case since >= reserveSlot:
+		r.slot, r.last, r.arrivals = now, r.arrivals, 0
+	}
+	r.arrivals++
+	if !r.until.After(now) {
+		r.tokens = 0 // taken too long ago: dropped, never given
+	}
+	return r
+}
+
+// aheadLocked is how many tokens r's demand asks to take ahead: the
+// requests of the last slot, if they were many.
+func aheadLocked(r *reserve, perMinute int) int {
+	if r.last < reserveMin {
+		return 0
+	}
+	return min(r.last, aheadCap(perMinute))
+}
+
+// fromReserve lets a request of key through on a token taken ahead, if
+// there is one, and starts a refill beside when they run low. at is the
+// request's time on the server's clock, which its headers count from.
+func (l *rateLimiter) fromReserve(key string, perMinute int, at time.Time) (rateResult, bool) {
+	now := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r := l.reserveLocked(key, perMinute, now)
+	if r == nil || r.tokens == 0 {
+		return rateResult{}, false
+	}
+	r.tokens--
+	out := rateResult{allowed: true, limit: perMinute, remaining: r.remaining + r.tokens, reset: at.Add(r.reset.Sub(now))}
+	if ahead := aheadLocked(r, perMinute); !r.refilling && ahead > 0 && r.tokens <= ahead/2 {
+		r.refilling = true
+		l.refills.Go(func() { l.refill(key, perMinute, ahead) })
+	}
+	return out, true
+}
+
+// demand is how many of key's tokens to take ahead with this request's.
+func (l *rateLimiter) demand(key string, perMinute int) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if r := l.reserves[key]; r != nil {
+		return aheadLocked(r, perMinute)
+	}
+	return 0
+}
+
+// keep adds n tokens taken ahead of key to its reserve, with what Redis
+// had left after them and how long until its window ends, and returns the
+// tokens in hand (which the answer's remaining counts).
+func (l *rateLimiter) keep(key string, n, remaining int, resetAfter time.Duration) int {
+	now := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r := l.reserves[key]
+	if r == nil { // swept meanwhile: nothing kept, the tokens are dropped
+		return 0
+	}
+	if !r.until.After(now) {
+		r.tokens = 0
+	}
+	r.tokens += n
+	r.remaining, r.reset, r.until = remaining, now.Add(resetAfter), now.Add(reserveFor)
+	return r.tokens
+}
+
+// refill takes n more of key's tokens ahead.
+func (l *rateLimiter) refill(key string, perMinute, n int) {
+	defer func() {
+		l.mu.Lock()
+		if r := l.reserves[key]; r != nil {
+			r.refilling = false
+		}
+		l.mu.Unlock()
+	}()
+	if !l.gate.try(time.Now()) {
+		return
+	}
+	res, err := l.take(context.Background(), key, perMinute, n)
+	if err != nil || res.Allowed == 0 {
+		return
+	}
+	l.keep(key, res.Allowed, res.Remaining, res.ResetAfter)
 }
 
 // setHeaders writes X-RateLimit-Limit, -Remaining and -Reset (Unix seconds,

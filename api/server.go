@@ -276,7 +276,10 @@ func (s *Server) Close() { s.stop() }
 // returned, including what they do after the answer is sent (handing the
 // deliveries to the queue). A process stopping calls it once its listener
 // is shut down.
-func (s *Server) Wait() { s.work.Wait() }
+func (s *Server) Wait() {
+	s.work.Wait()
+	s.limiter.refills.Wait()
+}
 
 // ServeHTTP serves the API.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
