@@ -231,37 +231,49 @@ func TestHandOffSkipsRedisWhileItIsDown(t *testing.T) {
 	}
 }
 
-// scriptCounter counts the rate limiter's scripts a Redis client runs.
-type scriptCounter struct{ n atomic.Int64 }
+// scriptCounter counts the rate limiter's scripts a Redis client runs,
+// and delays each by delay (a slow Redis).
+type scriptCounter struct {
+	n     atomic.Int64
+	delay time.Duration
+}
 
 func (c *scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (c *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.count(cmd)
+		if c.count(cmd) {
+			time.Sleep(c.delay)
+		}
 		return next(ctx, cmd)
 	}
 }
 
 func (c *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		slow := false
 		for _, cmd := range cmds {
-			c.count(cmd)
+			slow = c.count(cmd) || slow
+		}
+		if slow {
+			time.Sleep(c.delay)
 		}
 		return next(ctx, cmds)
 	}
 }
 
-func (c *scriptCounter) count(cmd redis.Cmder) {
+// count counts cmd if it is a rate limiter's script, and says whether.
+func (c *scriptCounter) count(cmd redis.Cmder) bool {
 	if name := cmd.Name(); name != "evalsha" && name != "eval" {
-		return
+		return false
 	}
 	for _, a := range cmd.Args() {
 		if s, ok := a.(string); ok && strings.HasPrefix(s, "rate:") {
 			c.n.Add(1)
-			return
+			return true
 		}
 	}
+	return false
 }
 
 // TestRateLimitTakesTokensAheadUnderLoad: a project sending hundreds of
@@ -344,4 +356,66 @@ func TestRateLimitTakesTokensAheadUnderLoad(t *testing.T) {
 			n, refused.Load(), passed.Load())
 	}
 	t.Logf("%d passed, %d refused in %v; %d limiter scripts for %d requests", passed.Load(), refused.Load(), elapsed, scripts.n.Load(), requests)
+}
+
+// TestRateLimitTakesAtMostOneReserveAhead: however many requests find a
+// process's reserve empty at once (a Redis that takes 20 ms to answer, 32
+// clients), the tokens it has taken from Redis and not used are at most
+// one reserve (64): the other processes' share of the limit is never held
+// by one.
+func TestRateLimitTakesAtMostOneReserveAhead(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	slow := redis.NewClient(h.redis.Options())
+	t.Cleanup(func() { slow.Close() })
+	scripts := &scriptCounter{delay: 3 * time.Millisecond}
+	slow.AddHook(scripts)
+	// An hour's window: what refills during the test is a token or two.
+	hour := func(c *api.Config) { c.RateLimitWindow = time.Hour }
+	busy := h.newServer(hour, func(c *api.Config) { c.Redis = slow })
+	quiet := h.newServer(hour)
+	const limit, requests, clients = 60000, 2000, 32
+	key := h.newKey("ahead", storage.ProjectPlan{RateLimitPerMinute: limit})
+	next := atomic.Int64{}
+	var failed atomic.Int64
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range clients {
+		wg.Go(func() {
+			for next.Add(1) <= requests {
+				hr, _ := http.NewRequest("GET", busy.URL+"/v1/endpoints", nil)
+				hr.Header.Set("Authorization", "Bearer "+key)
+				resp, err := http.DefaultClient.Do(hr)
+				if err != nil || resp.StatusCode != http.StatusOK {
+					failed.Add(1)
+				}
+				if err == nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := failed.Load(); n > 0 {
+		t.Fatalf("%d of %d requests failed", n, requests)
+	}
+	// The quiet process asks Redis for its one request: what Redis has
+	// left says how many the busy one took.
+	r := h.do(req{method: "GET", path: "/v1/endpoints", key: key, server: quiet})
+	expectStatus(t, r, http.StatusOK)
+	rem, err := strconv.Atoi(r.header.Get("X-RateLimit-Remaining"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	refilled := int(time.Since(start).Seconds()*limit/3600) + 1
+	if held := limit - 1 - rem - requests; held > 64+refilled || held < -refilled {
+		t.Fatalf("the busy process took %d tokens for its %d requests: %d held ahead, want at most 64", requests+held, requests, held)
+	}
+	// Waiting 20 ms for each answer, 32 clients come 16 to a slot of 10 ms
+	// at most, well past the 4 that take ahead.
+	if n := scripts.n.Load(); n*2 > requests {
+		t.Fatalf("%d limiter scripts for %d requests; most should pass on tokens taken ahead", n, requests)
+	}
+	t.Logf("%d limiter scripts for %d requests, %d tokens held ahead at the end", scripts.n.Load(), requests, limit-1-rem-requests)
 }

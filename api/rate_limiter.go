@@ -49,19 +49,22 @@ type reserve struct {
 	remaining int       // what Redis had left after them
 	reset     time.Time // the end of Redis's window as it said then (time.Now's clock)
 	until     time.Time // tokens unused by then are dropped
-	refilling bool
-	slot      time.Time // the start of the slot whose arrivals are counted
-	arrivals  int       // requests in that slot
-	last      int       // requests in the slot before it
+	// settled is closed when the take ahead in flight ends; nil while none
+	// is: one take ahead of a key at a time.
+	settled  chan struct{}
+	slot     time.Time // the start of the slot whose arrivals are counted
+	arrivals int       // requests in that slot
+	last     int       // requests in the slot before it
 }
 
 // Reservation tuning.
 const (
-	reserveSlot = 10 * time.Millisecond // demand is counted per slot
-	reserveMin  = 4                     // arrivals a slot before tokens are taken ahead
-	reserveMax  = 64                    // the most taken ahead at once
-	reserveFor  = time.Second           // a token taken ahead and unused by then is dropped
-	reserveIdle = time.Minute           // a key's reserve is forgotten after this long unused
+	reserveSlot  = 10 * time.Millisecond // demand is counted per slot
+	reserveMin   = 4                     // arrivals a slot before tokens are taken ahead
+	reserveMax   = 64                    // the most taken ahead at once
+	reserveFor   = time.Second           // a token taken ahead and unused by then is dropped
+	reserveIdle  = time.Minute           // a key's reserve is forgotten after this long unused
+	reserveWaits = 3                     // takes ahead a request waits for before it asks Redis itself
 )
 
 func newRateLimiter(rdb redis.UniversalClient, prefix string, window, timeout time.Duration, log *slog.Logger, reg prometheus.Registerer) (*rateLimiter, error) {
@@ -92,7 +95,17 @@ type rateResult struct {
 }
 
 func (l *rateLimiter) allow(ctx context.Context, key string, perMinute int, now time.Time) rateResult {
-	if out, ok := l.fromReserve(key, perMinute, now); ok {
+	out, ok, wait := l.fromReserve(key, perMinute, now, true)
+	for waits := 0; wait != nil && waits < reserveWaits; waits++ {
+		// Empty, and a take ahead is in flight: its tokens come sooner
+		// than an answer to a call of this request's own.
+		select {
+		case <-wait:
+		case <-ctx.Done():
+		}
+		out, ok, wait = l.fromReserve(key, perMinute, now, false)
+	}
+	if ok {
 		return out
 	}
 	open := rateResult{allowed: true, limit: perMinute, remaining: perMinute, reset: now.Add(l.window)}
@@ -103,17 +116,23 @@ func (l *rateLimiter) allow(ctx context.Context, key string, perMinute int, now 
 	ahead := l.demand(key, perMinute)
 	res, err := l.take(ctx, key, perMinute, 1+ahead)
 	if err != nil {
+		if ahead > 0 {
+			l.settle(key, nil)
+		}
 		return open
 	}
-	out := rateResult{allowed: res.Allowed > 0, limit: perMinute, remaining: res.Remaining,
+	out = rateResult{allowed: res.Allowed > 0, limit: perMinute, remaining: res.Remaining,
 		reset: now.Add(res.ResetAfter)}
-	if !out.allowed {
+	if out.allowed {
+		res.Allowed-- // this request's
+	} else {
 		out.retryAfter = res.RetryAfter
 		l.rejected.Inc()
-		return out
 	}
-	if res.Allowed > 1 {
-		out.remaining += l.keep(key, res.Allowed-1, res.Remaining, res.ResetAfter)
+	if ahead > 0 {
+		if inHand := l.settle(key, res); out.allowed {
+			out.remaining += inHand
+		}
 	}
 	return out
 }
@@ -153,14 +172,15 @@ func aheadCap(perMinute int) int {
 }
 
 // reserveLocked returns key's reserve, counting one request's arrival at
-// now; nil for a key whose limit is too small to take tokens ahead.
-func (l *rateLimiter) reserveLocked(key string, perMinute int, now time.Time) *reserve {
+// now if arrival; nil for a key whose limit is too small to take tokens
+// ahead.
+func (l *rateLimiter) reserveLocked(key string, perMinute int, now time.Time, arrival bool) *reserve {
 	if aheadCap(perMinute) == 0 {
 		return nil
 	}
 	if now.Sub(l.swept) >= reserveIdle {
 		for k, r := range l.reserves {
-			if now.Sub(r.slot) >= reserveIdle && !r.refilling {
+			if now.Sub(r.slot) >= reserveIdle && r.settled == nil {
 				delete(l.reserves, k)
 			}
 		}
@@ -180,7 +200,9 @@ func (l *rateLimiter) reserveLocked(key string, perMinute int, now time.Time) *r
 	case since >= reserveSlot:
 		r.slot, r.last, r.arrivals = now, r.arrivals, 0
 	}
-	r.arrivals++
+	if arrival {
+		r.arrivals++
+	}
 	if !r.until.After(now) {
 		r.tokens = 0 // taken too long ago: dropped, never given
 	}
@@ -197,71 +219,83 @@ func aheadLocked(r *reserve, perMinute int) int {
 }
 
 // fromReserve lets a request of key through on a token taken ahead, if
-// there is one, and starts a refill beside when they run low. at is the
-// request's time on the server's clock, which its headers count from.
-func (l *rateLimiter) fromReserve(key string, perMinute int, at time.Time) (rateResult, bool) {
+// there is one (ok), and starts a refill beside when they run low. With
+// none in hand but a take ahead in flight, wait is closed when it ends.
+// at is the request's time on the server's clock, which its headers count
+// from; arrival counts the request for the demand.
+func (l *rateLimiter) fromReserve(key string, perMinute int, at time.Time, arrival bool) (out rateResult, ok bool, wait <-chan struct{}) {
 	now := time.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	r := l.reserveLocked(key, perMinute, now)
-	if r == nil || r.tokens == 0 {
-		return rateResult{}, false
+	r := l.reserveLocked(key, perMinute, now, arrival)
+	switch {
+	case r == nil:
+		return out, false, nil
+	case r.tokens == 0:
+		return out, false, r.settled
 	}
 	r.tokens--
-	out := rateResult{allowed: true, limit: perMinute, remaining: r.remaining + r.tokens, reset: at.Add(r.reset.Sub(now))}
-	if ahead := aheadLocked(r, perMinute); !r.refilling && ahead > 0 && r.tokens <= ahead/2 {
-		r.refilling = true
+	out = rateResult{allowed: true, limit: perMinute, remaining: r.remaining + r.tokens, reset: at.Add(r.reset.Sub(now))}
+	if ahead := aheadLocked(r, perMinute); r.settled == nil && ahead > 0 && r.tokens <= ahead/2 {
+		r.settled = make(chan struct{})
 		l.refills.Go(func() { l.refill(key, perMinute, ahead) })
 	}
-	return out, true
+	return out, true, nil
 }
 
-// demand is how many of key's tokens to take ahead with this request's.
+// demand is how many of key's tokens to take ahead with this request's:
+// none while another take ahead of key runs, so that requests finding the
+// reserve empty together take one reserve, not one each. One that returns
+// more than 0 must settle.
 func (l *rateLimiter) demand(key string, perMinute int) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if r := l.reserves[key]; r != nil {
-		return aheadLocked(r, perMinute)
+	r := l.reserves[key]
+	if r == nil || r.settled != nil {
+		return 0
 	}
-	return 0
+	ahead := aheadLocked(r, perMinute)
+	if ahead > 0 {
+		r.settled = make(chan struct{})
+	}
+	return ahead
 }
 
-// keep adds n tokens taken ahead of key to its reserve, with what Redis
-// had left after them and how long until its window ends, and returns the
-// tokens in hand (which the answer's remaining counts).
-func (l *rateLimiter) keep(key string, n, remaining int, resetAfter time.Duration) int {
+// settle ends a take ahead of key: the tokens res allowed go to its
+// reserve (none if res is nil: Redis did not answer), with what Redis had
+// left after them and when its window ends. It returns the tokens in hand,
+// which the answer's remaining counts.
+func (l *rateLimiter) settle(key string, res *redis_rate.Result) int {
 	now := time.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	r := l.reserves[key]
-	if r == nil { // swept meanwhile: nothing kept, the tokens are dropped
+	if r == nil { // cannot be: a reserve with a take ahead in flight is not swept
 		return 0
 	}
+	close(r.settled)
+	r.settled = nil
 	if !r.until.After(now) {
 		r.tokens = 0
 	}
-	r.tokens += n
-	r.remaining, r.reset, r.until = remaining, now.Add(resetAfter), now.Add(reserveFor)
+	if res != nil && res.Allowed > 0 {
+		r.tokens += res.Allowed
+		r.remaining, r.reset, r.until = res.Remaining, now.Add(res.ResetAfter), now.Add(reserveFor)
+	}
 	return r.tokens
 }
 
 // refill takes n more of key's tokens ahead.
 func (l *rateLimiter) refill(key string, perMinute, n int) {
-	defer func() {
-		l.mu.Lock()
-		if r := l.reserves[key]; r != nil {
-			r.refilling = false
-		}
-		l.mu.Unlock()
-	}()
 	if !l.gate.try(time.Now()) {
+		l.settle(key, nil)
 		return
 	}
 	res, err := l.take(context.Background(), key, perMinute, n)
-	if err != nil || res.Allowed == 0 {
-		return
+	if err != nil {
+		res = nil
 	}
-	l.keep(key, res.Allowed, res.Remaining, res.ResetAfter)
+	l.settle(key, res)
 }
 
 // setHeaders writes X-RateLimit-Limit, -Remaining and -Reset (Unix seconds,
