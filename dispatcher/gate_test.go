@@ -172,7 +172,7 @@ func TestGateRampsOnABacklog(t *testing.T) {
 		want    []int
 	}{
 		{"no backlog: slow start doubles", 0, []int{20, 40, 80}},
-		{"a backlog of 100: ×4 until the limit passes it", 100, []int{40, 120, 240}},
+		{"a backlog of 100 every round trip, every slot taken: ×4 a round trip up to the ceiling", 100, []int{40, 160, 640, 1000}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			now := time.Now()

@@ -16,9 +16,10 @@ import (
 //     half of it in flight), grows by one per success: it doubles every
 //     round trip until the first sign of trouble (slow start), then grows
 //     by about one per round trip (ssthresh, as TCP's).
-//   - Before that first sign, while more deliveries wait for the endpoint
-//     than the limit lets through (a backlog: the gate's count) and an
-//     answer came within rampTolerance of the baseline, that success grows
+//   - Before that first sign, while more deliveries want to go in a round
+//     trip than the limit lets through (those in flight and those waiting
+//     for the endpoint: a backlog, the gate's count) and an answer came
+//     within rampTolerance of the baseline, that success grows
 //     it by more than one (the ramp): ×4 per 100 ms of the endpoint's
 //     round trip, so ×4 per round trip up to 100 ms, ×16 at 200 ms, and
 //     no more than ×16 however slow (rampGain). So a healthy endpoint with
@@ -121,7 +122,7 @@ func (l *limiter) observe(now time.Time, sig signal, rtt time.Duration, inFlight
 		switch {
 		case l.climbing(l.srtt):
 			l.cutLatency(now, rtt)
-		case l.ramping(rtt, waiting) && float64(inFlight)*(1+l.rampGain()) >= l.limit:
+		case l.ramping(rtt, inFlight, waiting) && float64(inFlight)*(1+l.rampGain()) >= l.limit:
 			// In use as the ramp counts it: the requests of the round trip
 			// before, each of which may bring rampGain more.
 			l.limit += l.rampGain()
@@ -174,12 +175,13 @@ func (l *limiter) sample(rtt time.Duration) {
 	}
 }
 
-// ramping reports whether a success that took rtt, with waiting
-// deliveries waiting, grows the limit by rampStep: no sign of trouble
-// yet, more waiting than the limit, and an answer about as fast as the
-// endpoint's best.
-func (l *limiter) ramping(rtt time.Duration, waiting int) bool {
-	return math.IsInf(l.ssthresh, 1) && float64(waiting) > l.limit &&
+// ramping reports whether a success that took rtt, sent among inFlight
+// requests with waiting deliveries waiting, grows the limit by rampGain:
+// no sign of trouble yet, more wanting to go in a round trip (those in
+// flight and those waiting) than the limit lets, and an answer about as
+// fast as the endpoint's best.
+func (l *limiter) ramping(rtt time.Duration, inFlight, waiting int) bool {
+	return math.IsInf(l.ssthresh, 1) && float64(inFlight+waiting) > l.limit &&
 		rtt <= time.Duration(rampTolerance*float64(l.baseline))+rampSlack
 }
 
