@@ -295,42 +295,29 @@ func TestRateLimitTakesTokensAheadUnderLoad(t *testing.T) {
 	var passed, refused atomic.Int64
 	var mu sync.Mutex
 	var problems []string
-	next := atomic.Int64{}
-	start := time.Now()
-	var wg sync.WaitGroup
-	for range clients {
-		wg.Go(func() {
-			for next.Add(1) <= requests {
-				hr, _ := http.NewRequest("GET", srv.URL+"/v1/endpoints", nil)
-				hr.Header.Set("Authorization", "Bearer "+key)
-				resp, err := http.DefaultClient.Do(hr)
-				if err != nil {
-					mu.Lock()
-					problems = append(problems, err.Error())
-					mu.Unlock()
-					return
-				}
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				rem, err := strconv.Atoi(resp.Header.Get("X-RateLimit-Remaining"))
-				switch {
-				case err != nil || rem < 0 || rem > limit:
-					mu.Lock()
-					problems = append(problems, "X-RateLimit-Remaining "+resp.Header.Get("X-RateLimit-Remaining"))
-					mu.Unlock()
-				case resp.StatusCode == http.StatusOK:
-					passed.Add(1)
-				case resp.StatusCode == http.StatusTooManyRequests && rem == 0:
-					refused.Add(1)
-				default:
-					mu.Lock()
-					problems = append(problems, resp.Status+" with "+strconv.Itoa(rem)+" remaining")
-					mu.Unlock()
-				}
-			}
-		})
+	problem := func(p string) {
+		mu.Lock()
+		problems = append(problems, p)
+		mu.Unlock()
 	}
-	wg.Wait()
+	start := time.Now()
+	hammer(srv.URL+"/v1/endpoints", key, requests, clients, func(resp *http.Response, err error) {
+		if err != nil {
+			problem(err.Error())
+			return
+		}
+		rem, err := strconv.Atoi(resp.Header.Get("X-RateLimit-Remaining"))
+		switch {
+		case err != nil || rem < 0 || rem > limit:
+			problem("X-RateLimit-Remaining " + resp.Header.Get("X-RateLimit-Remaining"))
+		case resp.StatusCode == http.StatusOK:
+			passed.Add(1)
+		case resp.StatusCode == http.StatusTooManyRequests && rem == 0:
+			refused.Add(1)
+		default:
+			problem(resp.Status + " with " + strconv.Itoa(rem) + " remaining")
+		}
+	})
 	elapsed := time.Since(start)
 	if len(problems) > 0 {
 		t.Fatalf("%d bad answers, first: %s", len(problems), problems[0])
@@ -376,27 +363,13 @@ func TestRateLimitTakesAtMostOneReserveAhead(t *testing.T) {
 	quiet := h.newServer(hour)
 	const limit, requests, clients = 60000, 2000, 32
 	key := h.newKey("ahead", storage.ProjectPlan{RateLimitPerMinute: limit})
-	next := atomic.Int64{}
 	var failed atomic.Int64
 	start := time.Now()
-	var wg sync.WaitGroup
-	for range clients {
-		wg.Go(func() {
-			for next.Add(1) <= requests {
-				hr, _ := http.NewRequest("GET", busy.URL+"/v1/endpoints", nil)
-				hr.Header.Set("Authorization", "Bearer "+key)
-				resp, err := http.DefaultClient.Do(hr)
-				if err != nil || resp.StatusCode != http.StatusOK {
-					failed.Add(1)
-				}
-				if err == nil {
-					io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-				}
-			}
-		})
-	}
-	wg.Wait()
+	hammer(busy.URL+"/v1/endpoints", key, requests, clients, func(resp *http.Response, err error) {
+		if err != nil || resp.StatusCode != http.StatusOK {
+			failed.Add(1)
+		}
+	})
 	if n := failed.Load(); n > 0 {
 		t.Fatalf("%d of %d requests failed", n, requests)
 	}
@@ -418,4 +391,26 @@ func TestRateLimitTakesAtMostOneReserveAhead(t *testing.T) {
 		t.Fatalf("%d limiter scripts for %d requests; most should pass on tokens taken ahead", n, requests)
 	}
 	t.Logf("%d limiter scripts for %d requests, %d tokens held ahead at the end", scripts.n.Load(), requests, limit-1-rem-requests)
+}
+
+// hammer sends requests GETs of url with key from clients goroutines at
+// once and hands each answer (its body read and closed) or error to each.
+func hammer(url, key string, requests, clients int, each func(*http.Response, error)) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range clients {
+		wg.Go(func() {
+			for next.Add(1) <= int64(requests) {
+				hr, _ := http.NewRequest("GET", url, nil)
+				hr.Header.Set("Authorization", "Bearer "+key)
+				resp, err := http.DefaultClient.Do(hr)
+				if err == nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+				each(resp, err)
+			}
+		})
+	}
+	wg.Wait()
 }

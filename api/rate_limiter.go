@@ -117,7 +117,7 @@ func (l *rateLimiter) allow(ctx context.Context, key string, perMinute int, now 
 	res, err := l.take(ctx, key, perMinute, 1+ahead)
 	if err != nil {
 		if ahead > 0 {
-			l.settle(key, nil)
+			l.settle(key, nil, true)
 		}
 		return open
 	}
@@ -129,10 +129,8 @@ func (l *rateLimiter) allow(ctx context.Context, key string, perMinute int, now 
 		out.retryAfter = res.RetryAfter
 		l.rejected.Inc()
 	}
-	if ahead > 0 {
-		if inHand := l.settle(key, res); out.allowed {
-			out.remaining += inHand
-		}
+	if inHand := l.settle(key, res, ahead > 0); out.allowed {
+		out.remaining += inHand
 	}
 	return out
 }
@@ -210,9 +208,14 @@ func (l *rateLimiter) reserveLocked(key string, perMinute int, now time.Time, ar
 }
 
 // aheadLocked is how many tokens r's demand asks to take ahead: the
-// requests of the last slot, if they were many.
+// requests of the last slot, if they were many, while Redis said at least
+// a quarter of the limit was left. Nearer the limit every request asks
+// Redis, so that what the headers say left, and where refusals begin, are
+// as exact as without a reserve (a client pacing itself on
+// X-RateLimit-Remaining sees it fall one by one), and no process holds
+// tokens others may need.
 func aheadLocked(r *reserve, perMinute int) int {
-	if r.last < reserveMin {
+	if r.last < reserveMin || r.remaining < perMinute/4 {
 		return 0
 	}
 	return min(r.last, aheadCap(perMinute))
@@ -261,26 +264,32 @@ func (l *rateLimiter) demand(key string, perMinute int) int {
 	return ahead
 }
 
-// settle ends a take ahead of key: the tokens res allowed go to its
-// reserve (none if res is nil: Redis did not answer), with what Redis had
-// left after them and when its window ends. It returns the tokens in hand,
-// which the answer's remaining counts.
-func (l *rateLimiter) settle(key string, res *redis_rate.Result) int {
+// settle records Redis's answer res to a request of key (nil: none came):
+// what it had left, and, if took (a take ahead, which it ends), the tokens
+// it allowed besides the request's own, which go to the reserve. It
+// returns the tokens in hand, which the answer's remaining counts.
+func (l *rateLimiter) settle(key string, res *redis_rate.Result, took bool) int {
 	now := time.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	r := l.reserves[key]
-	if r == nil { // cannot be: a reserve with a take ahead in flight is not swept
+	if r == nil { // a small limit (a reserve with a take ahead in flight is not swept)
 		return 0
 	}
-	close(r.settled)
-	r.settled = nil
+	if took {
+		close(r.settled)
+		r.settled = nil
+	}
 	if !r.until.After(now) {
 		r.tokens = 0
 	}
-	if res != nil && res.Allowed > 0 {
+	if res == nil {
+		return r.tokens
+	}
+	r.remaining, r.reset = res.Remaining, now.Add(res.ResetAfter)
+	if took && res.Allowed > 0 {
 		r.tokens += res.Allowed
-		r.remaining, r.reset, r.until = res.Remaining, now.Add(res.ResetAfter), now.Add(reserveFor)
+		r.until = now.Add(reserveFor)
 	}
 	return r.tokens
 }
@@ -288,14 +297,14 @@ func (l *rateLimiter) settle(key string, res *redis_rate.Result) int {
 // refill takes n more of key's tokens ahead.
 func (l *rateLimiter) refill(key string, perMinute, n int) {
 	if !l.gate.try(time.Now()) {
-		l.settle(key, nil)
+		l.settle(key, nil, true)
 		return
 	}
 	res, err := l.take(context.Background(), key, perMinute, n)
 	if err != nil {
 		res = nil
 	}
-	l.settle(key, res)
+	l.settle(key, res, true)
 }
 
 // setHeaders writes X-RateLimit-Limit, -Remaining and -Reset (Unix seconds,
