@@ -136,8 +136,15 @@ func (l *rateLimiter) allow(ctx context.Context, key string, perMinute int, now 
 }
 
 // take asks Redis for n of key's tokens, as many as it has when fewer; an
-// error (logged, counted, the gate told) means fail open.
+// error (logged, counted, the gate told) means fail open. A caller that
+// left (ctx ended: its client went away, perhaps while it waited for a
+// take ahead) learns nothing of Redis, so its error does not count as
+// Redis's: it would have every request skip the limit for a second.
 func (l *rateLimiter) take(ctx context.Context, key string, perMinute, n int) (*redis_rate.Result, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	caller := ctx
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
 	limit := redis_rate.Limit{Rate: perMinute, Burst: perMinute, Period: l.window}
@@ -147,6 +154,9 @@ func (l *rateLimiter) take(ctx context.Context, key string, perMinute, n int) (*
 		res, err = l.lim.Allow(ctx, l.prefix+key, limit)
 	} else {
 		res, err = l.lim.AllowAtMost(ctx, l.prefix+key, limit, n)
+	}
+	if err != nil && caller.Err() != nil {
+		return nil, err
 	}
 	if err != nil {
 		l.failOpen.Inc()
