@@ -21,6 +21,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/webhookd/webhookd/internal/testenv"
 	"github.com/webhookd/webhookd/storage"
 )
 
@@ -105,17 +106,11 @@ func freePort(t *testing.T) string {
 	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 }
 
-// waitFor polls cond every 50 ms until it holds, failing the test after
-// limit.
+// waitFor polls cond every 50 ms (the drills' conditions query the
+// database) until it holds, failing the test after limit.
 func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, limit)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testenv.WaitEvery(t, 50*time.Millisecond, limit, what, cond)
 }
 
 // drill is one fault drill's receiver, API and ledger.

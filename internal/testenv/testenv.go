@@ -194,15 +194,22 @@ func Record(t testing.TB, db *storage.DB, deliveryID string, a webhookd.Attempt,
 	return a
 }
 
-// WaitFor polls cond until it holds, or fails the test once within has
-// passed, naming what it waited for.
+// WaitFor polls cond every 10 ms until it holds, or fails the test once
+// within has passed, naming what it waited for.
 func WaitFor(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	WaitEvery(t, 10*time.Millisecond, within, what, cond)
+}
+
+// WaitEvery is WaitFor polling every interval: longer for a condition that
+// costs more to look at.
+func WaitEvery(t testing.TB, interval, within time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: not within %v", what, within)
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(interval)
 	}
 }
