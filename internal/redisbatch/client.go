@@ -57,7 +57,8 @@ type call struct {
 
 // Wrap returns rdb with EvalSha, Eval, EvalShaRO and EvalRO calls that arrive
 // while another batch is in flight sent together in one pipeline. A call with
-// nothing in flight is sent at once. Every other method is rdb's own. The
+// nothing in flight is sent at once (on its own goroutine when its context
+// cannot end: goAlone). Every other method is rdb's own. The
 // goroutines Wrap starts exit a minute after the last call, so closing rdb
 // is enough.
 func Wrap(rdb redis.UniversalClient) *Client {
@@ -98,6 +99,12 @@ func (c *Client) do(ctx context.Context, cmd *redis.Cmd) *redis.Cmd {
 	args := cmd.Args()
 	cl := &call{ctx: ctx, cmd: cmd, done: make(chan struct{})}
 	c.mu.Lock()
+	if ctx.Done() == nil && c.running == 0 {
+		c.running++
+		c.mu.Unlock()
+		c.goAlone(cl)
+		return noScript(cmd)
+	}
 	c.pending = append(c.pending, cl)
 	start := c.running < maxInFlight
 	if start {
@@ -110,17 +117,44 @@ func (c *Client) do(ctx context.Context, cmd *redis.Cmd) *redis.Cmd {
 
 	select {
 	case <-cl.done:
-		// rdb's own Eval methods report a missing script as ErrNoScript.
-		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-			cmd.SetErr(redis.ErrNoScript)
-		}
-		return cmd
+		return noScript(cmd)
 	case <-ctx.Done():
 		// The batch may still write into cmd: answer with a command of our own.
 		gone := redis.NewCmd(ctx, args...)
 		gone.SetErr(ctx.Err())
 		return gone
 	}
+}
+
+// goAlone sends cl, which counts as a batch in flight, at once and on its
+// caller's goroutine. do takes this way for a caller that cannot give up
+// (a context without Done, as asynq's polls for the next task have) when
+// nothing is in flight: the hand-off to a batch goroutine and back is two
+// goroutine wake-ups, and at rest, where every call is alone, those are
+// much of a poll's CPU. Calls that arrive meanwhile batch as before.
+func (c *Client) goAlone(cl *call) {
+	c.exec([]*call{cl})
+	c.mu.Lock()
+	c.running--
+	// A call that came meanwhile started a batch goroutine, or found one
+	// running that takes it; this only makes sure.
+	start := len(c.pending) > 0 && c.running < maxInFlight
+	if start {
+		c.running++
+	}
+	c.mu.Unlock()
+	if start {
+		c.warm.Go(c.run)
+	}
+}
+
+// noScript returns cmd, with a missing script reported as rdb's own Eval
+// methods do (redis.ErrNoScript).
+func noScript(cmd *redis.Cmd) *redis.Cmd {
+	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		cmd.SetErr(redis.ErrNoScript)
+	}
+	return cmd
 }
 
 // run sends the pending calls, at most maxBatch per pipeline, until none is

@@ -173,6 +173,52 @@ func TestConcurrentCallsShareAPipeline(t *testing.T) {
 	}
 }
 
+func TestACallThatCannotGiveUpGoesAloneOnItsGoroutine(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	script, key := incrScript(e), e.prefix+"n"
+	// asynq polls for its next task on a context without Done: alone, such a
+	// call is sent on its caller's goroutine (no batch goroutine woken),
+	// NOSCRIPT and its EVAL fallback included.
+	bg := context.Background()
+	for want := int64(1); want <= 3; want++ {
+		if v, err := script.Run(bg, e.w, []string{key}).Int64(); err != nil || v != want {
+			t.Fatalf("call %d alone: %d, %v", want, v, err)
+		}
+	}
+	if n := e.w.warm.Live(); n != 0 {
+		t.Fatalf("%d batch goroutines started for calls alone; want none", n)
+	}
+	if p := e.count.pipelines.Load(); p != 4 { // EVALSHA (NOSCRIPT), EVAL, EVALSHA, EVALSHA
+		t.Fatalf("%d pipelines for 3 calls alone; want 4", p)
+	}
+
+	// Among others, they batch: half of many calls cannot give up.
+	const n = 200
+	got := make([]int64, n)
+	errs := make([]error, n)
+	runAll(n, func(i int) {
+		ctx := t.Context()
+		if i%2 == 0 {
+			ctx = bg
+		}
+		got[i], errs[i] = script.Run(ctx, e.w, []string{key}).Int64()
+	})
+	seen := map[int64]bool{}
+	for i := range n {
+		if errs[i] != nil || got[i] < 4 || got[i] > n+3 || seen[got[i]] {
+			t.Fatalf("call %d: %d, %v; want each of 4..%d once", i, got[i], errs[i], n+3)
+		}
+		seen[got[i]] = true
+	}
+	pipes, cmds := e.count.pipelines.Load()-4, e.count.cmds.Load()-4
+	t.Logf("%d calls in %d pipelines", cmds, pipes)
+	if pipes >= cmds {
+		t.Fatalf("%d calls in %d pipelines: want fewer pipelines than calls", cmds, pipes)
+	}
+	waitIdle(t, e.w)
+}
+
 func TestNoScriptFallsBackToEval(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
