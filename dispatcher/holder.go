@@ -113,14 +113,15 @@ func (h *holder) Start(ctx context.Context) {
 	})
 }
 
-// wakeLinger is how long the holder gathers freed slots before it wakes
-// their endpoints' held deliveries: one wake (one statement) per endpoint
-// for every slot that freed meanwhile, not one per slot.
-const wakeLinger = 5 * time.Millisecond
-
 // freedSoon returns the endpoints with held deliveries among first and
-// those whose slots free within wakeLinger after it: endpoints nothing of
-// which is held here cost no database work.
+// those whose slots freed while the wake before ran (waiting in
+// gate.freed): one wake (one statement) per endpoint for every slot that
+// freed meanwhile, not one per slot. It does not linger for more: a held
+// delivery's way back (the wake's statement, its task run and claimed) is
+// time its freed slot stands empty, and each millisecond of it is lost
+// throughput at an endpoint whose limit its capacity holds (capacity: 366
+// deliveries/s with a 5 ms linger, 381/s with 1 ms, 395/s with none, of
+// 500/s). Endpoints nothing of which is held here cost no database work.
 func (h *holder) freedSoon(first string) map[string]struct{} {
 	h.mu.Lock()
 	none := len(h.known) == 0
@@ -129,13 +130,11 @@ func (h *holder) freedSoon(first string) map[string]struct{} {
 		return nil
 	}
 	eps := map[string]struct{}{first: {}}
-	t := time.NewTimer(wakeLinger)
-	defer t.Stop()
 	for gather := true; gather; {
 		select {
 		case ep := <-h.gate.freed:
 			eps[ep] = struct{}{}
-		case <-t.C:
+		default:
 			gather = false
 		}
 	}
