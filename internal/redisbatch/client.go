@@ -132,20 +132,16 @@ func (c *Client) do(ctx context.Context, cmd *redis.Cmd) *redis.Cmd {
 // nothing is in flight: the hand-off to a batch goroutine and back is two
 // goroutine wake-ups, and at rest, where every call is alone, those are
 // much of a poll's CPU. Calls that arrive meanwhile batch as before.
+//
+// Nothing is left behind in pending: only a call alone goes this way, so
+// one that arrives meanwhile finds room for a batch goroutine of its own or
+// the one such goroutine already running, which takes pending until none is
+// left.
 func (c *Client) goAlone(cl *call) {
 	c.exec([]*call{cl})
 	c.mu.Lock()
 	c.running--
-	// A call that came meanwhile started a batch goroutine, or found one
-	// running that takes it; this only makes sure.
-	start := len(c.pending) > 0 && c.running < maxInFlight
-	if start {
-		c.running++
-	}
 	c.mu.Unlock()
-	if start {
-		c.warm.Go(c.run)
-	}
 }
 
 // noScript returns cmd, with a missing script reported as rdb's own Eval
