@@ -45,7 +45,13 @@ type endpointState struct {
 	lim      limiter
 	rate     int // its rate_limit_per_second, learnt from its claims; 0: none
 	inFlight int
-	admitted int           // attempts waiting for a slot
+	admitted int // attempts waiting for a slot
+	// woken are the held deliveries the holder woke for this endpoint whose
+	// attempts have not come yet (each that comes takes one off), counted
+	// until wokenAt+wokenFor: the wake's way back, so a slot that frees
+	// meanwhile does not wake them again.
+	woken    int
+	wokenAt  time.Time
 	latency  time.Duration // a moving average of its request time, once one was seen
 	measured bool
 	lastFree time.Time     // when a slot last freed (or its first was taken)
@@ -126,15 +132,11 @@ func (g *gate) admit(ep string) bool {
 	now := g.now()
 	s := g.useLocked(ep, now)
 	c := g.capOf(s)
+	if s.woken > 0 {
+		s.woken--
+	}
 	if s.inFlight+s.admitted >= c {
-		lat := max(s.latency, time.Millisecond)
-		if !s.measured {
-			lat = g.wait // no request seen yet: as if a slot freed once per wait
-		}
-		if stalled := now.Sub(s.lastFree); stalled > lat {
-			lat = stalled // no slot freed for longer than it takes: slow or hanging now
-		}
-		if s.admitted >= int(int64(c)*int64(g.wait)/int64(lat)) {
+		if s.admitted >= g.turnoverLocked(s, c, now, g.wait) {
 			g.rollLocked(s, now)
 			s.turned++
 			return false
@@ -142,6 +144,21 @@ func (g *gate) admit(ep string) bool {
 	}
 	s.admitted++
 	return true
+}
+
+// turnoverLocked is how many of s's c slots free within d, as near as the
+// gate can tell: at its request time each, or at the time since a slot last
+// freed when that is longer (slow or hanging now); before any request was
+// seen, as if one freed once per the gate's wait.
+func (g *gate) turnoverLocked(s *endpointState, c int, now time.Time, d time.Duration) int {
+	lat := max(s.latency, time.Millisecond)
+	if !s.measured {
+		lat = g.wait
+	}
+	if stalled := now.Sub(s.lastFree); stalled > lat {
+		lat = stalled
+	}
+	return int(int64(c) * int64(d) / int64(lat))
 }
 
 // acquire takes a slot of ep as soon as one frees. An admitted attempt
@@ -244,6 +261,57 @@ func (g *gate) free(ep string) int {
 		return g.def
 	}
 	return max(g.capOf(s)-s.inFlight-s.admitted, 0)
+}
+
+// wakeLead is how far ahead the holder wakes held deliveries: about their
+// way back (the wake's statement, their tasks' run, their claims), so that
+// the slots that free meanwhile find an attempt waiting for them instead
+// of standing empty. Under the gate's wait, so that those woken ahead are
+// admitted to wait for their slot.
+const wakeLead = 40 * time.Millisecond
+
+// wokenFor is how long a wake's deliveries are counted as on their way
+// (woken): past it, those that have not come are not coming soon.
+const wokenFor = time.Second
+
+// wakeable is how many of ep's held deliveries the holder may wake now:
+// its free slots, less those woken and not come yet, and as many more as
+// its slots free within wakeLead (at most its limit): those wait in
+// acquire for a slot that frees while they come back. Nothing ahead
+// before a request was seen, nor for an endpoint that stalls: its
+// turnover is low.
+func (g *gate) wakeable(ep string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s, ok := g.eps[ep]
+	if !ok {
+		return g.def
+	}
+	now := g.now()
+	if now.Sub(s.wokenAt) > wokenFor {
+		s.woken = 0
+	}
+	c := g.capOf(s)
+	ahead := 0
+	if s.measured {
+		ahead = min(g.turnoverLocked(s, c, now, wakeLead), c)
+	}
+	return max(c-s.inFlight-s.admitted-s.woken+ahead, 0)
+}
+
+// woke tells the gate the holder woke n of ep's held deliveries.
+func (g *gate) woke(ep string, n int) {
+	if n <= 0 {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s := g.useLocked(ep, g.now())
+	if g.now().Sub(s.wokenAt) > wokenFor {
+		s.woken = 0
+	}
+	s.woken += n
+	s.wokenAt = g.now()
 }
 
 // learn records ep's own cap and rate_limit_per_second, as its claim read

@@ -216,3 +216,62 @@ func TestGateRampsOnABacklog(t *testing.T) {
 		})
 	}
 }
+
+// TestGateWakesAheadOfFreedSlots: an endpoint at its limit whose slots
+// turn over every 100 ms may have as many held deliveries woken ahead as
+// free within wakeLead, so that a slot that frees finds one waiting; the
+// woken count as on their way until they come (each admission takes one
+// off) or wokenFor passes, so a slot freed meanwhile wakes one, not
+// another round ahead. An endpoint that stopped freeing slots, or was
+// never measured, gets nothing ahead.
+func TestGateWakesAheadOfFreedSlots(t *testing.T) {
+	ctx := context.Background()
+	now := time.Now()
+	g := newGate(50, 100*time.Millisecond)
+	g.now = func() time.Time { return now }
+	if n := g.wakeable("new"); n != 50 {
+		t.Fatalf("an endpoint never seen: %d wakeable, want its 50 free slots", n)
+	}
+	for range 50 {
+		if !g.admit("ep") || !g.acquire(ctx, "ep", true) {
+			t.Fatal("a free slot was refused")
+		}
+	}
+	if n := g.wakeable("ep"); n != 0 {
+		t.Fatalf("no request answered yet, every slot taken: %d wakeable, want 0", n)
+	}
+	// Every slot turns over once in 100 ms; the limit stays at 50 (its
+	// max_in_flight).
+	fifty := 50
+	g.learn("ep", &fifty, nil)
+	now = now.Add(100 * time.Millisecond)
+	g.release("ep", 100*time.Millisecond, signalOK)
+	if !g.admit("ep") || !g.acquire(ctx, "ep", true) {
+		t.Fatal("a freed slot was refused")
+	}
+	ahead := 50 * int(wakeLead/time.Millisecond) / 100
+	if n := g.wakeable("ep"); n != ahead {
+		t.Fatalf("at the limit, slots turning over in 100 ms: %d wakeable, want the %d that free within %v", n, ahead, wakeLead)
+	}
+	g.woke("ep", ahead)
+	if n := g.wakeable("ep"); n != 0 {
+		t.Fatalf("after waking them: %d wakeable, want 0 while they are on their way", n)
+	}
+	g.release("ep", 100*time.Millisecond, signalOK)
+	if n := g.wakeable("ep"); n != 1 {
+		t.Fatalf("a slot freed while the woken are on their way: %d wakeable, want 1", n)
+	}
+	for range ahead { // they come, and wait for their slots
+		if !g.admit("ep") {
+			t.Fatal("a woken delivery was not admitted to wait for its slot")
+		}
+	}
+	if n := g.wakeable("ep"); n != 1 {
+		t.Fatalf("the woken came and wait: %d wakeable, want still 1", n)
+	}
+	g.woke("ep", 1)
+	now = now.Add(wokenFor + time.Millisecond)
+	if n := g.wakeable("ep"); n != 0 {
+		t.Fatalf("no slot freed for over a second: %d wakeable, want 0 (the %d waiting cover the free one, and the stalled endpoint gets almost nothing ahead)", n, ahead)
+	}
+}

@@ -172,10 +172,11 @@ func (h *holder) pass(ctx context.Context) {
 	}
 }
 
-// room is how many of ep's held deliveries may go now: its free slots,
-// and no more than its rate allows per interval.
+// room is how many of ep's held deliveries may go now: its free slots
+// and those about to free (gate.wakeable), and no more than its rate
+// allows per interval.
 func (h *holder) room(ep string) int {
-	n := h.gate.free(ep)
+	n := h.gate.wakeable(ep)
 	if r := h.gate.rate(ep); r > 0 {
 		n = min(n, max(1, int(float64(r)*h.interval.Seconds())))
 	}
@@ -195,6 +196,7 @@ func (h *holder) wake(ctx context.Context, ep string) int {
 		h.log.Debug("waking held deliveries failed; the next freed slot or pass will", "endpoint_id", ep, "err", err)
 		return -1
 	}
+	h.gate.woke(ep, len(ids))
 	h.queue.Wake(ctx, ep, ids...)
 	return len(ids)
 }
