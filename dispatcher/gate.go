@@ -278,8 +278,13 @@ const wokenFor = time.Second
 // its free slots, less those woken and not come yet, and as many more as
 // its slots free within wakeLead (at most its limit): those wait in
 // acquire for a slot that frees while they come back. Nothing ahead
-// before a request was seen, nor for an endpoint that stalls: its
-// turnover is low.
+// before a request was seen, nor while the limit has not yet met the
+// endpoint's capacity (limiter.settled: in slow start or its ramp, slots
+// free in bursts a round trip apart, and those ahead would give up their
+// wait and be held again, behind those woken after them), nor for an
+// endpoint that stalls: its turnover is low. With every slot taken or spoken for, it tops those
+// ahead up only once half of them have gone, so that a wake (a statement)
+// brings many, not one per freed slot.
 func (g *gate) wakeable(ep string) int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -293,10 +298,14 @@ func (g *gate) wakeable(ep string) int {
 	}
 	c := g.capOf(s)
 	ahead := 0
-	if s.measured {
+	if s.measured && s.lim.settled() {
 		ahead = min(g.turnoverLocked(s, c, now, wakeLead), c)
 	}
-	return max(c-s.inFlight-s.admitted-s.woken+ahead, 0)
+	free := c - s.inFlight - s.admitted - s.woken // slots that no attempt waits or comes for
+	if free < 1 && free+ahead < (ahead+1)/2 {
+		return 0 // at least half of those ahead still wait or come: a wake of a few is a statement for little
+	}
+	return max(free+ahead, 0)
 }
 
 // woke tells the gate the holder woke n of ep's held deliveries.

@@ -221,9 +221,11 @@ func TestGateRampsOnABacklog(t *testing.T) {
 // turn over every 100 ms may have as many held deliveries woken ahead as
 // free within wakeLead, so that a slot that frees finds one waiting; the
 // woken count as on their way until they come (each admission takes one
-// off) or wokenFor passes, so a slot freed meanwhile wakes one, not
-// another round ahead. An endpoint that stopped freeing slots, or was
-// never measured, gets nothing ahead.
+// off) or wokenFor passes, so a slot freed meanwhile wakes no other round
+// ahead; and while every slot is taken or spoken for, those ahead are
+// topped up once half of them took their slots, in one wake, not one per
+// freed slot. An endpoint that stopped freeing slots, was never measured,
+// or whose limit has not yet met its capacity gets nothing ahead.
 func TestGateWakesAheadOfFreedSlots(t *testing.T) {
 	ctx := context.Background()
 	now := time.Now()
@@ -249,6 +251,12 @@ func TestGateWakesAheadOfFreedSlots(t *testing.T) {
 	if !g.admit("ep") || !g.acquire(ctx, "ep", true) {
 		t.Fatal("a freed slot was refused")
 	}
+	if n := g.wakeable("ep"); n != 0 {
+		t.Fatalf("an endpoint whose limit has not met its capacity: %d wakeable, want 0 (slots free in bursts)", n)
+	}
+	g.mu.Lock()
+	g.eps["ep"].lim.ssthresh = 50 // as a 503 past its capacity leaves it
+	g.mu.Unlock()
 	ahead := 50 * int(wakeLead/time.Millisecond) / 100
 	if n := g.wakeable("ep"); n != ahead {
 		t.Fatalf("at the limit, slots turning over in 100 ms: %d wakeable, want the %d that free within %v", n, ahead, wakeLead)
@@ -258,16 +266,31 @@ func TestGateWakesAheadOfFreedSlots(t *testing.T) {
 		t.Fatalf("after waking them: %d wakeable, want 0 while they are on their way", n)
 	}
 	g.release("ep", 100*time.Millisecond, signalOK)
-	if n := g.wakeable("ep"); n != 1 {
-		t.Fatalf("a slot freed while the woken are on their way: %d wakeable, want 1", n)
+	if n := g.wakeable("ep"); n != 0 {
+		t.Fatalf("a slot freed while the %d woken are on their way: %d wakeable, want 0 (they cover it)", ahead, n)
 	}
 	for range ahead { // they come, and wait for their slots
 		if !g.admit("ep") {
 			t.Fatal("a woken delivery was not admitted to wait for its slot")
 		}
 	}
-	if n := g.wakeable("ep"); n != 1 {
-		t.Fatalf("the woken came and wait: %d wakeable, want still 1", n)
+	if !g.acquire(ctx, "ep", true) { // the first takes the freed slot
+		t.Fatal("a woken delivery waiting did not get the freed slot")
+	}
+	// Slots free and the waiting take them: a wake tops those ahead up
+	// once half of them have gone, not one by one.
+	for k := 2; k <= ahead/2; k++ {
+		g.release("ep", 100*time.Millisecond, signalOK)
+		if !g.acquire(ctx, "ep", true) {
+			t.Fatal("a woken delivery waiting did not get the freed slot")
+		}
+		want := 0
+		if k == ahead/2 {
+			want = ahead / 2
+		}
+		if n := g.wakeable("ep"); n != want {
+			t.Fatalf("%d of the %d ahead took their slots: %d wakeable, want %d", k, ahead, n, want)
+		}
 	}
 	g.woke("ep", 1)
 	now = now.Add(wokenFor + time.Millisecond)

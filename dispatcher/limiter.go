@@ -185,6 +185,12 @@ func (l *limiter) ramping(rtt time.Duration, inFlight, waiting int) bool {
 		rtt <= time.Duration(rampTolerance*float64(l.baseline))+rampSlack
 }
 
+// settled reports whether the limit has met the endpoint's capacity: a
+// sign of trouble ended slow start, so the limit moves by little and the
+// endpoint's slots free steadily rather than in a ramp's bursts a round
+// trip apart.
+func (l *limiter) settled() bool { return !math.IsInf(l.ssthresh, 1) }
+
 // rampGain is the ramp's growth per success: ×(1+rampStep) per rampPace of the
 // endpoint's round trip (its baseline), so that the ramp takes about as
 // long in time whatever the endpoint's latency, and at most ×rampMaxGrowth
