@@ -282,9 +282,9 @@ const wokenFor = time.Second
 // endpoint's capacity (limiter.settled: in slow start or its ramp, slots
 // free in bursts a round trip apart, and those ahead would give up their
 // wait and be held again, behind those woken after them), nor for an
-// endpoint that stalls: its turnover is low. With every slot taken or spoken for, it tops those
-// ahead up only once half of them have gone, so that a wake (a statement)
-// brings many, not one per freed slot.
+// endpoint that stalls: its turnover is low. With every slot taken or
+// spoken for, it tops those ahead up only once half of them have gone, so
+// that a wake (a statement) brings many, not one per freed slot.
 func (g *gate) wakeable(ep string) int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -315,12 +315,13 @@ func (g *gate) woke(ep string, n int) {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	s := g.useLocked(ep, g.now())
-	if g.now().Sub(s.wokenAt) > wokenFor {
+	now := g.now()
+	s := g.useLocked(ep, now)
+	if now.Sub(s.wokenAt) > wokenFor {
 		s.woken = 0
 	}
 	s.woken += n
-	s.wokenAt = g.now()
+	s.wokenAt = now
 }
 
 // learn records ep's own cap and rate_limit_per_second, as its claim read
