@@ -252,17 +252,6 @@ func (g *gate) release(ep string, took time.Duration, sig signal) {
 	}
 }
 
-// free is how many more attempts ep may start now.
-func (g *gate) free(ep string) int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	s, ok := g.eps[ep] // a look, not a use: the holder asks of every endpoint it holds deliveries for
-	if !ok {
-		return g.def
-	}
-	return max(g.capOf(s)-s.inFlight-s.admitted, 0)
-}
-
 // wakeLead is how far ahead the holder wakes held deliveries: about their
 // way back (the wake's statement, their tasks' run, their claims), so that
 // the slots that free meanwhile find an attempt waiting for them instead
@@ -288,7 +277,7 @@ const wokenFor = time.Second
 func (g *gate) wakeable(ep string) int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	s, ok := g.eps[ep]
+	s, ok := g.eps[ep] // a look, not a use: the holder asks of every endpoint it holds deliveries for
 	if !ok {
 		return g.def
 	}

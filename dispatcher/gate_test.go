@@ -7,6 +7,19 @@ import (
 	"time"
 )
 
+// free is how many more attempts ep may start now: the tests' way to fill
+// an endpoint's slots (the holder asks wakeable, which counts those woken
+// and those ahead too).
+func (g *gate) free(ep string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s, ok := g.eps[ep]
+	if !ok {
+		return g.def
+	}
+	return max(g.capOf(s)-s.inFlight-s.admitted, 0)
+}
+
 // TestGateAdmitsWaitersByHowFastSlotsFree: at its cap, an endpoint whose
 // requests take 1 ms admits many waiters; one whose slots have not freed
 // for a while admits none.
