@@ -4,8 +4,11 @@ import (
 	"context"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/webhookd/webhookd"
 	"github.com/webhookd/webhookd/dispatcher"
@@ -138,4 +141,71 @@ func TestClockAheadDoesNotAttemptEarly(t *testing.T) {
 	if at := rc.requests()[0].at; at.Before(due) {
 		t.Fatalf("attempted %v before its time", due.Sub(at))
 	}
+}
+
+// TestConcurrentFailuresCountedTogether: 30 attempts to one endpoint fail
+// at the same moment. Each failure is counted towards the breaker (none
+// lost), and they are counted in fewer transactions than failures: the
+// outcomes of concurrent attempts share one, instead of queueing one
+// transaction per failure on the endpoint row's lock while each attempt
+// holds a worker slot.
+func TestConcurrentFailuresCountedTogether(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	e := newEnv(t, func(c *dispatcher.Config) {
+		c.Concurrency = 40
+		c.EndpointInitialLimit = 40
+		c.HTTP.ResponseTimeout = time.Minute
+		c.Schedule = dispatcher.Schedule{time.Hour}
+		c.Circuit = storage.CircuitConfig{After: 1000, Probes: []time.Duration{time.Hour}, DisableAfter: -1}
+		c.Metrics = reg
+	})
+	const n = 30
+	var open atomic.Int64
+	release := make(chan struct{})
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	rc := newReceiver(t, func(_ int, w http.ResponseWriter, r *http.Request) {
+		open.Add(1)
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		w.WriteHeader(http.StatusInternalServerError)
+	})
+	ep := e.endpoint(rc.URL, nil)
+	e.publish("t", n)
+	waitFor(t, 10*time.Second, "30 requests open at once", func() bool { return open.Load() == n })
+	once.Do(func() { close(release) })
+	waitFor(t, 10*time.Second, "every failure counted", func() bool {
+		return e.count(`SELECT failures FROM endpoints WHERE id = $1`, ep.ID) == n
+	})
+	flushes, outcomes := circuitGroups(t, reg)
+	if outcomes != n || flushes >= n {
+		t.Fatalf("%v outcomes counted in %d transactions, want %d in fewer", outcomes, flushes, n)
+	}
+	t.Logf("%d failures counted in %d transactions", n, flushes)
+}
+
+// circuitGroups reads webhookd_group_commit_size{kind="circuit"}: how many
+// flushes of the breaker's outcomes there were, and how many outcomes.
+func circuitGroups(t *testing.T, reg *prometheus.Registry) (flushes uint64, outcomes float64) {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "webhookd_group_commit_size" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "kind" && l.GetValue() == "circuit" {
+					return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
+				}
+			}
+		}
+	}
+	return 0, 0
 }

@@ -41,6 +41,7 @@ type Deliverer struct {
 	lease          time.Duration
 	claims         *batcher[storage.Claim, storage.Lease]
 	records        *batcher[storage.Record, bool]
+	circuits       *batcher[storage.CircuitOutcome, []storage.CircuitChange]
 	gate           *gate
 	holder         *holder
 	worker         string    // this process's id: its heartbeat's, and its leases'

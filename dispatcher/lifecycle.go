@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/webhookd/webhookd"
@@ -57,7 +58,9 @@ func (d *Deliverer) takeProbe(ctx context.Context, r Request, l *storage.Lease, 
 // along (the failures of attempts already in flight do not). sig is what
 // its response said: a 2xx counts as ok, a 5xx, a timeout or a connect
 // error as failed, and a 3xx or 4xx (429 too: the receiver is there) not
-// at all.
+// at all. The outcomes of concurrent attempts are counted together, in
+// one transaction (applyCircuits): an endpoint failing under load would
+// otherwise queue one transaction per failure on its row's lock.
 func (d *Deliverer) countForBreaker(ctx context.Context, l *storage.Lease, sig signal, at time.Time, probe bool) {
 	ok := sig == signalOK
 	counts := ok || sig == signalServerError || sig == signalTimeout
@@ -69,8 +72,8 @@ func (d *Deliverer) countForBreaker(ctx context.Context, l *storage.Lease, sig s
 	// endpoint's deliveries waiting, until the probe's time ran out.
 	var changes []storage.CircuitChange
 	err := persist(func() (err error) {
-		changes, err = d.db.ApplyCircuit(context.WithoutCancel(ctx), d.circuit,
-			[]storage.CircuitOutcome{{EndpointID: l.Delivery.EndpointID, OK: ok, At: at, Probe: probe}})
+		changes, err = d.circuits.Do(context.WithoutCancel(ctx),
+			storage.CircuitOutcome{EndpointID: l.Delivery.EndpointID, OK: ok, At: at, Probe: probe})
 		return err
 	})
 	if err != nil {
@@ -81,6 +84,26 @@ func (d *Deliverer) countForBreaker(ctx context.Context, l *storage.Lease, sig s
 		d.gate.markCircuit(c.EndpointID, c.To != webhookd.CircuitClosed, at)
 		d.circuitChanged(ctx, c)
 	}
+}
+
+// applyCircuits is the flush of the breaker's outcomes: storage.ApplyCircuit
+// over all of them, each change handed to the outcome that was its
+// endpoint's last, so that exactly one caller tells of it.
+func (d *Deliverer) applyCircuits(ctx context.Context, os []storage.CircuitOutcome) ([][]storage.CircuitChange, error) {
+	changes, err := d.db.ApplyCircuit(ctx, d.circuit, os)
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]storage.CircuitChange, len(os))
+	for _, c := range changes {
+		for i, o := range slices.Backward(os) {
+			if o.EndpointID == c.EndpointID {
+				out[i] = append(out[i], c)
+				break
+			}
+		}
+	}
+	return out, nil
 }
 
 func (d *Deliverer) circuitChanged(ctx context.Context, c storage.CircuitChange) {

@@ -60,7 +60,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			"Endpoint circuits opened and closed, and endpoints disabled for failing, by this worker.", "transition"),
 		groups: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "webhookd_group_commit_size",
-			Help:    "Claims or records written together in one statement and commit.",
+			Help:    "Claims, records or breaker outcomes (kind claim, record, circuit) written together in one commit.",
 			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},
 		}, []string{"kind"}),
 		reenqueued: counter("webhookd_reconciler_reenqueued_total",

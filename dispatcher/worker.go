@@ -266,6 +266,12 @@ func NewWorker(cfg Config) (*Worker, error) {
 // carries, so fuller flushes cost less per delivery.
 const batchLinger = 5 * time.Millisecond
 
+// circuitLinger is how long a flush of the breaker's outcomes waits for
+// more after its first: short, since each outcome's attempt holds a worker
+// slot until it is counted, and an endpoint failing under load sends more
+// while the flush before runs anyway.
+const circuitLinger = time.Millisecond
+
 // claimLinger is batchLinger for claims, shorter: a claim's wait comes
 // before the request, so every delivery's latency pays it, where a
 // record's comes after. Under load claims gather anyway while the flush
@@ -289,6 +295,11 @@ func (w *Worker) Start(ctx context.Context) error {
 	d.records = newBatcher(256, batchLinger, 30*time.Second, func(ctx context.Context, rs []storage.Record) ([]bool, error) {
 		recordSize.Observe(float64(len(rs)))
 		return d.recordAttempts(ctx, rs)
+	})
+	circuitSize := d.metrics.groups.WithLabelValues("circuit")
+	d.circuits = newBatcher(256, circuitLinger, 30*time.Second, func(ctx context.Context, os []storage.CircuitOutcome) ([][]storage.CircuitChange, error) {
+		circuitSize.Observe(float64(len(os)))
+		return d.applyCircuits(ctx, os)
 	})
 	d.holder.holds = newBatcher(256, batchLinger, 30*time.Second, func(ctx context.Context, hs []storage.Hold) ([]bool, error) {
 		return make([]bool, len(hs)), d.db.HoldBack(ctx, d.clock.Now(), hs)
@@ -358,7 +369,8 @@ func (w *Worker) Stop() {
 	w.Deliverer.holder.holds.Stop()
 	w.Deliverer.claims.Stop()
 	w.Deliverer.records.Stop()
-	w.Deliverer.claims, w.Deliverer.records = nil, nil
+	w.Deliverer.circuits.Stop()
+	w.Deliverer.claims, w.Deliverer.records, w.Deliverer.circuits = nil, nil, nil
 	// Every attempt is recorded and its lease given up: the heartbeat can
 	// end. (Killed instead, the worker stops beating and its leases are
 	// voided once it is stale.)
