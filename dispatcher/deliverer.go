@@ -42,6 +42,7 @@ type Deliverer struct {
 	claims         *batcher[storage.Claim, storage.Lease]
 	records        *batcher[storage.Record, bool]
 	circuits       *batcher[storage.CircuitOutcome, []storage.CircuitChange]
+	releases       *batcher[storage.Release, bool]
 	gate           *gate
 	holder         *holder
 	worker         string    // this process's id: its heartbeat's, and its leases'
@@ -395,7 +396,14 @@ func (d *Deliverer) holdLeased(ctx context.Context, r Request, l *storage.Lease,
 			at = d.clock.Now().Add(holdFor)
 		}
 	}
-	held, err := d.db.ReleaseLease(context.WithoutCancel(ctx), l.Delivery.ID, l.Token, waits, at)
+	held := true
+	var err error
+	if waits == webhookd.WaitingCircuitOpen { // under the endpoint's lock: the circuit may have closed
+		held, err = d.db.ReleaseLease(context.WithoutCancel(ctx), l.Delivery.ID, l.Token, waits, at)
+	} else { // with the releases of concurrent attempts that found no room either
+		_, err = d.releases.Do(context.WithoutCancel(ctx), storage.Release{DeliveryID: l.Delivery.ID, Token: l.Token,
+			Reason: waits, At: at})
+	}
 	if err != nil {
 		return Result{}, err
 	}

@@ -301,6 +301,9 @@ func (w *Worker) Start(ctx context.Context) error {
 		circuitSize.Observe(float64(len(os)))
 		return d.applyCircuits(ctx, os)
 	})
+	d.releases = newBatcher(256, batchLinger, 30*time.Second, func(ctx context.Context, rs []storage.Release) ([]bool, error) {
+		return make([]bool, len(rs)), d.db.ReleaseLeases(ctx, rs)
+	})
 	d.holder.holds = newBatcher(256, batchLinger, 30*time.Second, func(ctx context.Context, hs []storage.Hold) ([]bool, error) {
 		return make([]bool, len(hs)), d.db.HoldBack(ctx, d.clock.Now(), hs)
 	})
@@ -370,7 +373,8 @@ func (w *Worker) Stop() {
 	w.Deliverer.claims.Stop()
 	w.Deliverer.records.Stop()
 	w.Deliverer.circuits.Stop()
-	w.Deliverer.claims, w.Deliverer.records, w.Deliverer.circuits = nil, nil, nil
+	w.Deliverer.releases.Stop()
+	w.Deliverer.claims, w.Deliverer.records, w.Deliverer.circuits, w.Deliverer.releases = nil, nil, nil, nil
 	// Every attempt is recorded and its lease given up: the heartbeat can
 	// end. (Killed instead, the worker stops beating and its leases are
 	// voided once it is stale.)

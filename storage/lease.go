@@ -582,6 +582,56 @@ func (db *DB) ReleaseLease(ctx context.Context, deliveryID, token, reason string
 	return waits, nil
 }
 
+// Release gives up a lease held by Token whose attempt was not made, as
+// ReleaseLease does for any reason but circuit_open: with a Reason, a
+// delivery that still waits for an automatic attempt waits until At for
+// it; without, its schedule is left as it is (a manual attempt).
+type Release struct {
+	DeliveryID, Token, Reason string
+	At                        time.Time
+}
+
+// ReleaseLeases gives up many leases at once, one statement per day of the
+// deliveries in one batch (dayRoutes), each applied where the lease is
+// still its token's: the releases of concurrent attempts that found no
+// room. Their wait needs no lock (only an open circuit's does, which is
+// ReleaseLease's), so every release waits where it asks to. Like a claim,
+// it need not reach disk before the commit returns.
+func (db *DB) ReleaseLeases(ctx context.Context, rs []Release) error {
+	if len(rs) == 0 {
+		return nil
+	}
+	all := make([]string, len(rs))
+	for i, r := range rs {
+		if r.Reason == webhookd.WaitingCircuitOpen {
+			return fmt.Errorf("release lease of %s: a circuit's wait is ReleaseLease's", r.DeliveryID)
+		}
+		all[i] = r.DeliveryID
+	}
+	b := &pgx.Batch{}
+	suffixes, groups := db.days.byDay(ctx, db.pool, all)
+	for g, group := range groups {
+		ids, tokens, reasons, ats := make([]string, len(group)), make([]string, len(group)), make([]string, len(group)),
+			make([]time.Time, len(group))
+		for j, i := range group {
+			ids[j], tokens[j], reasons[j], ats[j] = rs[i].DeliveryID, rs[i].Token, rs[i].Reason, rs[i].At
+		}
+		b.Queue(`UPDATE `+partition("deliveries", suffixes[g])+` d SET lease_owner = NULL, lease_until = NULL,
+			next_attempt_at = CASE WHEN r.reason = '' OR d.status NOT IN ('pending', 'retrying') THEN d.next_attempt_at
+				ELSE `+keepPlace("r.at", "d.next_attempt_at", "$5")+` END,
+			waiting_reason = CASE WHEN r.reason = '' OR d.status NOT IN ('pending', 'retrying') THEN d.waiting_reason
+				ELSE r.reason END
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[]) AS r(id, token, reason, at)
+		WHERE d.id = r.id AND d.lease_owner = r.token AND set_config('synchronous_commit', 'off', true) = 'off'`,
+			ids, tokens, reasons, ats, HoldFor)
+	}
+	if err := db.pool.SendBatch(ctx, b).Close(); err != nil {
+		db.days.forget(err)
+		return fmt.Errorf("release leases: %w", err)
+	}
+	return nil
+}
+
 // headersJSON is an attempt's header map as the JSON object its column
 // keeps (keys sorted).
 func headersJSON(h map[string]string) string {

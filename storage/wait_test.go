@@ -80,3 +80,68 @@ func TestHeldDeliveryWokenAndHeldAgainKeepsItsPlace(t *testing.T) {
 		t.Fatalf("held long after its place: next_attempt_at %v, want at least %v", next, min)
 	}
 }
+
+// TestReleaseLeasesTogether: the leases of attempts that found no room,
+// given up in one call. Each applies only where its token still holds the
+// lease; with a reason, a delivery still waiting for an automatic attempt
+// waits for it, keeping its place (keepPlace); without one (a manual
+// attempt), or once the delivery ended, its schedule stays as it was. A
+// circuit's wait is refused, and the call then changes nothing.
+func TestReleaseLeasesTogether(t *testing.T) {
+	t.Parallel()
+	db := testenv.DB(t)
+	ctx := context.Background()
+	_, newDelivery := oneEndpoint(t, db)
+	t0 := time.Now().UTC().Truncate(time.Millisecond)
+	busy, manual, ended, stolen := newDelivery(t0), newDelivery(t0), newDelivery(t0), newDelivery(t0)
+	if _, err := db.Pool().Exec(ctx, `UPDATE deliveries SET lease_owner = 'tok', lease_until = now() + interval '1 minute'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool().Exec(ctx, `UPDATE deliveries SET status = 'succeeded', next_attempt_at = NULL WHERE id = $1`, ended); err != nil {
+		t.Fatal(err)
+	}
+	type row struct {
+		owner, reason *string
+		next          *time.Time
+	}
+	state := func(id string) (r row) {
+		t.Helper()
+		if err := db.Pool().QueryRow(ctx, `SELECT lease_owner, waiting_reason, next_attempt_at FROM deliveries WHERE id = $1`,
+			id).Scan(&r.owner, &r.reason, &r.next); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	until := t0.Add(time.Second).Add(storage.HoldFor)
+	if err := db.ReleaseLeases(ctx, []storage.Release{{DeliveryID: busy, Token: "tok", Reason: webhookd.WaitingCircuitOpen,
+		At: until}}); err == nil {
+		t.Fatal("a circuit's wait released with the others, want it refused")
+	}
+	if r := state(busy); r.owner == nil || r.reason != nil {
+		t.Fatalf("after a refused call: lease %v, waiting %v; want it leased and not waiting", r.owner, r.reason)
+	}
+	err := db.ReleaseLeases(ctx, []storage.Release{
+		{DeliveryID: busy, Token: "tok", Reason: webhookd.WaitingEndpointBusy, At: until},
+		{DeliveryID: manual, Token: "tok", At: until},
+		{DeliveryID: ended, Token: "tok", Reason: webhookd.WaitingEndpointBusy, At: until},
+		{DeliveryID: stolen, Token: "another", Reason: webhookd.WaitingEndpointBusy, At: until},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := state(busy); r.owner != nil || r.reason == nil || *r.reason != webhookd.WaitingEndpointBusy ||
+		r.next == nil || !r.next.Equal(t0.Add(storage.HoldFor)) {
+		t.Fatalf("held for room: lease %v, waiting %v until %v; want released, endpoint_busy until %v (its place)",
+			r.owner, r.reason, r.next, t0.Add(storage.HoldFor))
+	}
+	if r := state(manual); r.owner != nil || r.reason != nil || r.next == nil || !r.next.Equal(t0) {
+		t.Fatalf("a manual attempt's release: lease %v, waiting %v until %v; want released and due at %v as before",
+			r.owner, r.reason, r.next, t0)
+	}
+	if r := state(ended); r.owner != nil || r.reason != nil || r.next != nil {
+		t.Fatalf("an ended delivery's release: lease %v, waiting %v until %v; want released and nothing else", r.owner, r.reason, r.next)
+	}
+	if r := state(stolen); r.owner == nil || *r.owner != "tok" || r.reason != nil {
+		t.Fatalf("another token's release: lease %v, waiting %v; want the lease kept", r.owner, r.reason)
+	}
+}
