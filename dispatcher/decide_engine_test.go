@@ -191,21 +191,6 @@ func TestConcurrentFailuresCountedTogether(t *testing.T) {
 // flushes of the breaker's outcomes there were, and how many outcomes.
 func circuitGroups(t *testing.T, reg *prometheus.Registry) (flushes uint64, outcomes float64) {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "webhookd_group_commit_size" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "kind" && l.GetValue() == "circuit" {
-					return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
-				}
-			}
-		}
-	}
-	return 0, 0
+	m := gathered(t, reg, "webhookd_group_commit_size", "kind", "circuit")
+	return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
 }

@@ -548,23 +548,33 @@ func TestEndpointOwnCap(t *testing.T) {
 // heldCounter reads webhookd_deliveries_held_back_total{reason="endpoint_busy"}.
 func heldCounter(t *testing.T, reg *prometheus.Registry) prometheus.Collector {
 	t.Helper()
+	m := gathered(t, reg, "webhookd_deliveries_held_back_total", "reason", "endpoint_busy")
+	if m == nil {
+		t.Fatal("no webhookd_deliveries_held_back_total{reason=endpoint_busy}")
+	}
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "x"}, m.GetCounter().GetValue)
+}
+
+// gathered is the series of metric name whose label is value in reg, or
+// nil when there is none.
+func gathered(t *testing.T, reg *prometheus.Registry, name, label, value string) *dto.Metric {
+	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() != "webhookd_deliveries_held_back_total" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "reason" && l.GetValue() == "endpoint_busy" {
-					return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "x"}, m.GetCounter().GetValue)
+				if l.GetName() == label && l.GetValue() == value {
+					return m
 				}
 			}
 		}
 	}
-	t.Fatal("no webhookd_deliveries_held_back_total{reason=endpoint_busy}")
 	return nil
 }
 
