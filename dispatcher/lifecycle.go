@@ -89,14 +89,14 @@ func (d *Deliverer) countForBreaker(ctx context.Context, l *storage.Lease, sig s
 // applyCircuits is the flush of the breaker's outcomes: storage.ApplyCircuit
 // over all of them, each change handed to the outcome that was its
 // endpoint's last, so that exactly one caller tells of it.
-func (d *Deliverer) applyCircuits(ctx context.Context, os []storage.CircuitOutcome) ([][]storage.CircuitChange, error) {
-	changes, err := d.db.ApplyCircuit(ctx, d.circuit, os)
+func (d *Deliverer) applyCircuits(ctx context.Context, outs []storage.CircuitOutcome) ([][]storage.CircuitChange, error) {
+	changes, err := d.db.ApplyCircuit(ctx, d.circuit, outs)
 	if err != nil {
 		return nil, err
 	}
-	out := make([][]storage.CircuitChange, len(os))
+	out := make([][]storage.CircuitChange, len(outs))
 	for _, c := range changes {
-		for i, o := range slices.Backward(os) {
+		for i, o := range slices.Backward(outs) {
 			if o.EndpointID == c.EndpointID {
 				out[i] = append(out[i], c)
 				break

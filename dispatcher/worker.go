@@ -297,9 +297,9 @@ func (w *Worker) Start(ctx context.Context) error {
 		return d.recordAttempts(ctx, rs)
 	})
 	circuitSize := d.metrics.groups.WithLabelValues("circuit")
-	d.circuits = newBatcher(256, circuitLinger, 30*time.Second, func(ctx context.Context, os []storage.CircuitOutcome) ([][]storage.CircuitChange, error) {
-		circuitSize.Observe(float64(len(os)))
-		return d.applyCircuits(ctx, os)
+	d.circuits = newBatcher(256, circuitLinger, 30*time.Second, func(ctx context.Context, outs []storage.CircuitOutcome) ([][]storage.CircuitChange, error) {
+		circuitSize.Observe(float64(len(outs)))
+		return d.applyCircuits(ctx, outs)
 	})
 	d.releases = newBatcher(256, batchLinger, 30*time.Second, func(ctx context.Context, rs []storage.Release) ([]bool, error) {
 		return make([]bool, len(rs)), d.db.ReleaseLeases(ctx, rs)
