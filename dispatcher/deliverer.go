@@ -396,14 +396,9 @@ func (d *Deliverer) holdLeased(ctx context.Context, r Request, l *storage.Lease,
 			at = d.clock.Now().Add(holdFor)
 		}
 	}
-	held := true
-	var err error
-	if waits == webhookd.WaitingCircuitOpen { // under the endpoint's lock: the circuit may have closed
-		held, err = d.db.ReleaseLease(context.WithoutCancel(ctx), l.Delivery.ID, l.Token, waits, at)
-	} else { // with the releases of concurrent attempts that found no room either
-		_, err = d.releases.Do(context.WithoutCancel(ctx), storage.Release{DeliveryID: l.Delivery.ID, Token: l.Token,
-			Reason: waits, At: at})
-	}
+	// With the releases of concurrent attempts that found no room either.
+	held, err := d.releases.Do(context.WithoutCancel(ctx), storage.Release{DeliveryID: l.Delivery.ID, Token: l.Token,
+		Reason: waits, At: at})
 	if err != nil {
 		return Result{}, err
 	}

@@ -301,9 +301,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		circuitSize.Observe(float64(len(outs)))
 		return d.applyCircuits(ctx, outs)
 	})
-	d.releases = newBatcher(256, batchLinger, 30*time.Second, func(ctx context.Context, rs []storage.Release) ([]bool, error) {
-		return make([]bool, len(rs)), d.db.ReleaseLeases(ctx, rs)
-	})
+	d.releases = newBatcher(256, batchLinger, 30*time.Second, d.db.ReleaseLeases)
 	d.holder.holds = newBatcher(256, batchLinger, 30*time.Second, func(ctx context.Context, hs []storage.Hold) ([]bool, error) {
 		return make([]bool, len(hs)), d.db.HoldBack(ctx, d.clock.Now(), hs)
 	})

@@ -545,68 +545,45 @@ const genericPlans = `set_config('plan_cache_mode', 'force_generic_plan', true),
 const resetPlanSettings = `SELECT set_config(name, reset_val, true) FROM pg_settings
 	WHERE name IN ('plan_cache_mode', 'enable_seqscan', 'enable_bitmapscan')`
 
-// ReleaseLease gives a lease up without a change but the wait: the attempt
-// was not made (its endpoint had no room, or its circuit is open). When
-// reason is set and the delivery still waits for an automatic attempt, it
-// waits until at for reason (its next_attempt_at and waiting_reason);
-// else (a manual attempt held back) its schedule is left as it is. A wait
-// for an open circuit applies only while the circuit is still open, read
-// under the endpoint row's lock: a close that committed meanwhile (which
-// turns the circuit's waiters into waiters for room) leaves this one due
-// now instead, and false says so. A relay endpoint's deliveries wait for a
-// listener whatever its circuit (a listener that connects wakes them:
-// WakeRelay). Like a claim, it need not reach disk
-// before the commit returns: lost in a crash, it is a lease that runs out.
+// ReleaseLease gives one lease up: ReleaseLeases of one release.
 func (db *DB) ReleaseLease(ctx context.Context, deliveryID, token, reason string, at time.Time) (bool, error) {
-	var waits bool
-	d := partition("deliveries", db.days.suffix(ctx, db.pool, deliveryID)) // its day's partition (dayRoutes)
-	err := db.pool.QueryRow(ctx, `WITH w AS (
-			SELECT $3 <> '' AND ($3 <> 'circuit_open' OR EXISTS (SELECT 1 FROM endpoints p, `+d+` d
-				WHERE d.id = $1 AND p.id = d.endpoint_id AND (p.circuit <> 'closed' OR `+isRelay+`) FOR SHARE OF p)) AS waits
-		)
-		UPDATE `+d+` SET lease_owner = NULL, lease_until = NULL,
-			next_attempt_at = CASE WHEN $3 = '' OR status NOT IN ('pending', 'retrying') THEN next_attempt_at
-				WHEN (SELECT waits FROM w) THEN CASE WHEN $3 = 'circuit_open' THEN $4 ELSE `+keepPlace("$4", "next_attempt_at", "$5")+` END
-				ELSE least(next_attempt_at, now()) END,
-			waiting_reason = CASE WHEN $3 = '' OR status NOT IN ('pending', 'retrying') THEN waiting_reason
-				WHEN (SELECT waits FROM w) THEN $3 END
-		WHERE id = $1 AND lease_owner = $2 AND set_config('synchronous_commit', 'off', true) = 'off'
-		RETURNING $3 = '' OR (SELECT waits FROM w)`, deliveryID, token, reason, at, HoldFor).Scan(&waits)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return true, nil // the lease was not ours any more
-	}
+	waits, err := db.ReleaseLeases(ctx, []Release{{DeliveryID: deliveryID, Token: token, Reason: reason, At: at}})
 	if err != nil {
-		db.days.forget(err)
-		return false, fmt.Errorf("release lease of %s: %w", deliveryID, err)
+		return false, err
 	}
-	return waits, nil
+	return waits[0], nil
 }
 
-// Release gives up a lease held by Token whose attempt was not made, as
-// ReleaseLease does for any reason but circuit_open: with a Reason, a
-// delivery that still waits for an automatic attempt waits until At for
-// it; without, its schedule is left as it is (a manual attempt).
+// Release gives up a lease held by Token whose attempt was not made (its
+// endpoint had no room, or its circuit is open). With a Reason, a delivery
+// that still waits for an automatic attempt waits until At for it (its
+// next_attempt_at and waiting_reason); without one (a manual attempt held
+// back), its schedule is left as it is.
 type Release struct {
 	DeliveryID, Token, Reason string
 	At                        time.Time
 }
 
-// ReleaseLeases gives up many leases at once, one statement per day of the
-// deliveries in one batch (dayRoutes), each applied where the lease is
-// still its token's: the releases of concurrent attempts that found no
-// room. Their wait needs no lock (only an open circuit's does, which is
-// ReleaseLease's), so every release waits where it asks to. Like a claim,
-// it need not reach disk before the commit returns.
-func (db *DB) ReleaseLeases(ctx context.Context, rs []Release) error {
+// ReleaseLeases gives leases up without a change but the wait, each where
+// its token still holds it, one statement per day of the deliveries in one
+// batch (dayRoutes): the releases of concurrent attempts travel together.
+// A wait for an open circuit applies only while the circuit is still open,
+// read under the endpoint row's lock (taken in id order, as ApplyCircuit
+// takes its own): a close that committed meanwhile (which turns the
+// circuit's waiters into waiters for room) leaves the delivery due now
+// instead, and its false says so. A relay endpoint's deliveries wait for a
+// listener whatever its circuit (a listener that connects wakes them:
+// WakeRelay). Every other release reports true, as does one whose lease
+// was not its token's any more. Like a claim, it need not reach disk
+// before the commit returns: lost in a crash, it is a lease that runs out.
+func (db *DB) ReleaseLeases(ctx context.Context, rs []Release) ([]bool, error) {
+	waits := make([]bool, len(rs))
 	if len(rs) == 0 {
-		return nil
+		return waits, nil
 	}
 	all := make([]string, len(rs))
 	for i, r := range rs {
-		if r.Reason == webhookd.WaitingCircuitOpen {
-			return fmt.Errorf("release lease of %s: a circuit's wait is ReleaseLease's", r.DeliveryID)
-		}
-		all[i] = r.DeliveryID
+		all[i], waits[i] = r.DeliveryID, true
 	}
 	b := &pgx.Batch{}
 	suffixes, groups := db.days.byDay(ctx, db.pool, all)
@@ -616,20 +593,42 @@ func (db *DB) ReleaseLeases(ctx context.Context, rs []Release) error {
 		for j, i := range group {
 			ids[j], tokens[j], reasons[j], ats[j] = rs[i].DeliveryID, rs[i].Token, rs[i].Reason, rs[i].At
 		}
-		b.Queue(`UPDATE `+partition("deliveries", suffixes[g])+` d SET lease_owner = NULL, lease_until = NULL,
-			next_attempt_at = CASE WHEN r.reason = '' OR d.status NOT IN ('pending', 'retrying') THEN d.next_attempt_at
-				ELSE `+keepPlace("r.at", "d.next_attempt_at", "$5")+` END,
-			waiting_reason = CASE WHEN r.reason = '' OR d.status NOT IN ('pending', 'retrying') THEN d.waiting_reason
-				ELSE r.reason END
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[]) AS r(id, token, reason, at)
-		WHERE d.id = r.id AND d.lease_owner = r.token AND set_config('synchronous_commit', 'off', true) = 'off'`,
-			ids, tokens, reasons, ats, HoldFor)
+		d := partition("deliveries", suffixes[g])
+		b.Queue(`WITH r AS (
+				SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[]) WITH ORDINALITY AS r(id, token, reason, at, ord)
+			), open AS (
+				SELECT p.id FROM endpoints p
+				WHERE p.id IN (SELECT d.endpoint_id FROM `+d+` d JOIN r ON d.id = r.id WHERE r.reason = 'circuit_open')
+					AND (p.circuit <> 'closed' OR `+isRelay+`)
+				ORDER BY p.id FOR SHARE OF p
+			), w AS (
+				SELECT r.*, r.reason <> '' AND (r.reason <> 'circuit_open' OR EXISTS (SELECT 1 FROM `+d+` d
+					JOIN open o ON o.id = d.endpoint_id WHERE d.id = r.id)) AS waits FROM r
+			)
+			UPDATE `+d+` d SET lease_owner = NULL, lease_until = NULL,
+				next_attempt_at = CASE WHEN w.reason = '' OR d.status NOT IN ('pending', 'retrying') THEN d.next_attempt_at
+					WHEN w.waits THEN CASE WHEN w.reason = 'circuit_open' THEN w.at ELSE `+keepPlace("w.at", "d.next_attempt_at", "$5")+` END
+					ELSE least(d.next_attempt_at, now()) END,
+				waiting_reason = CASE WHEN w.reason = '' OR d.status NOT IN ('pending', 'retrying') THEN d.waiting_reason
+					WHEN w.waits THEN w.reason END
+			FROM w WHERE d.id = w.id AND d.lease_owner = w.token AND set_config('synchronous_commit', 'off', true) = 'off'
+			RETURNING w.ord, w.reason = '' OR w.waits`, ids, tokens, reasons, ats, HoldFor).Query(func(rows pgx.Rows) error {
+			var (
+				ord  int64
+				held bool
+			)
+			_, err := pgx.ForEachRow(rows, []any{&ord, &held}, func() error {
+				waits[group[ord-1]] = held
+				return nil
+			})
+			return err
+		})
 	}
 	if err := db.pool.SendBatch(ctx, b).Close(); err != nil {
 		db.days.forget(err)
-		return fmt.Errorf("release leases: %w", err)
+		return nil, fmt.Errorf("release leases: %w", err)
 	}
-	return nil
+	return waits, nil
 }
 
 // headersJSON is an attempt's header map as the JSON object its column

@@ -81,23 +81,38 @@ func TestHeldDeliveryWokenAndHeldAgainKeepsItsPlace(t *testing.T) {
 	}
 }
 
-// TestReleaseLeasesTogether: the leases of attempts that found no room,
+// TestReleaseLeasesTogether: the leases of attempts that made no request,
 // given up in one call. Each applies only where its token still holds the
 // lease; with a reason, a delivery still waiting for an automatic attempt
 // waits for it, keeping its place (keepPlace); without one (a manual
 // attempt), or once the delivery ended, its schedule stays as it was. A
-// circuit's wait is refused, and the call then changes nothing.
+// wait for an open circuit applies while the circuit is open, until the
+// time asked; one whose circuit closed meanwhile is due now, and its false
+// says so.
 func TestReleaseLeasesTogether(t *testing.T) {
 	t.Parallel()
 	db := testenv.DB(t)
 	ctx := context.Background()
-	_, newDelivery := oneEndpoint(t, db)
+	project, newDelivery := oneEndpoint(t, db)
 	t0 := time.Now().UTC().Truncate(time.Millisecond)
-	busy, manual, ended, stolen := newDelivery(t0), newDelivery(t0), newDelivery(t0), newDelivery(t0)
+	busy, manual, ended, stolen, closed, open := newDelivery(t0), newDelivery(t0), newDelivery(t0), newDelivery(t0),
+		newDelivery(t0), newDelivery(t0)
+	broken, err := db.Store().CreateEndpoint(ctx, project, storage.NewEndpoint{URL: "http://127.0.0.1:9/broken",
+		Secret: "whsec_AAAA"}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool().Exec(ctx, `UPDATE deliveries SET endpoint_id = $2 WHERE id = $1`, open, broken.ID); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := db.Pool().Exec(ctx, `UPDATE deliveries SET lease_owner = 'tok', lease_until = now() + interval '1 minute'`); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.Pool().Exec(ctx, `UPDATE deliveries SET status = 'succeeded', next_attempt_at = NULL WHERE id = $1`, ended); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool().Exec(ctx, `UPDATE endpoints SET circuit = 'open', probe_at = now() + interval '1 minute'
+		WHERE id = $1`, broken.ID); err != nil {
 		t.Fatal(err)
 	}
 	type row struct {
@@ -113,21 +128,20 @@ func TestReleaseLeasesTogether(t *testing.T) {
 		return r
 	}
 	until := t0.Add(time.Second).Add(storage.HoldFor)
-	if err := db.ReleaseLeases(ctx, []storage.Release{{DeliveryID: busy, Token: "tok", Reason: webhookd.WaitingCircuitOpen,
-		At: until}}); err == nil {
-		t.Fatal("a circuit's wait released with the others, want it refused")
-	}
-	if r := state(busy); r.owner == nil || r.reason != nil {
-		t.Fatalf("after a refused call: lease %v, waiting %v; want it leased and not waiting", r.owner, r.reason)
-	}
-	err := db.ReleaseLeases(ctx, []storage.Release{
+	probe := t0.Add(time.Minute)
+	waits, err := db.ReleaseLeases(ctx, []storage.Release{
 		{DeliveryID: busy, Token: "tok", Reason: webhookd.WaitingEndpointBusy, At: until},
 		{DeliveryID: manual, Token: "tok", At: until},
 		{DeliveryID: ended, Token: "tok", Reason: webhookd.WaitingEndpointBusy, At: until},
 		{DeliveryID: stolen, Token: "another", Reason: webhookd.WaitingEndpointBusy, At: until},
+		{DeliveryID: closed, Token: "tok", Reason: webhookd.WaitingCircuitOpen, At: probe},
+		{DeliveryID: open, Token: "tok", Reason: webhookd.WaitingCircuitOpen, At: probe},
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if want := []bool{true, true, true, true, false, true}; !slices.Equal(waits, want) {
+		t.Fatalf("waits %v, want %v (false only for the circuit that is closed)", waits, want)
 	}
 	if r := state(busy); r.owner != nil || r.reason == nil || *r.reason != webhookd.WaitingEndpointBusy ||
 		r.next == nil || !r.next.Equal(t0.Add(storage.HoldFor)) {
@@ -143,5 +157,13 @@ func TestReleaseLeasesTogether(t *testing.T) {
 	}
 	if r := state(stolen); r.owner == nil || *r.owner != "tok" || r.reason != nil {
 		t.Fatalf("another token's release: lease %v, waiting %v; want the lease kept", r.owner, r.reason)
+	}
+	if r := state(closed); r.owner != nil || r.reason != nil || r.next == nil || r.next.After(time.Now()) {
+		t.Fatalf("a closed circuit's wait: lease %v, waiting %v until %v; want released and due now", r.owner, r.reason, r.next)
+	}
+	if r := state(open); r.owner != nil || r.reason == nil || *r.reason != webhookd.WaitingCircuitOpen ||
+		r.next == nil || !r.next.Equal(probe) {
+		t.Fatalf("an open circuit's wait: lease %v, waiting %v until %v; want released, circuit_open until %v",
+			r.owner, r.reason, r.next, probe)
 	}
 }
