@@ -370,6 +370,7 @@ func TestRateLimitTakesAtMostOneReserveAhead(t *testing.T) {
 			failed.Add(1)
 		}
 	})
+	elapsed := time.Since(start)
 	if n := failed.Load(); n > 0 {
 		t.Fatalf("%d of %d requests failed", n, requests)
 	}
@@ -386,11 +387,17 @@ func TestRateLimitTakesAtMostOneReserveAhead(t *testing.T) {
 		t.Fatalf("the busy process took %d tokens for its %d requests: %d held ahead, want at most 64", requests+held, requests, held)
 	}
 	// Waiting 20 ms for each answer, 32 clients come 16 to a slot of 10 ms
-	// at most, well past the 4 that take ahead.
-	if n := scripts.n.Load(); n*2 > requests {
+	// at most, well past the 4 that take ahead — when they come that fast:
+	// as in TestRateLimitTakesTokensAheadUnderLoad, a machine slowed by the other packages'
+	// tests and -race may not (CI once: 2,000 in 9.9 s, 1,175 scripts).
+	rate := float64(requests) / elapsed.Seconds()
+	if rate < 400 {
+		t.Logf("%.0f requests a second: too few to take tokens ahead for; not checked", rate)
+	} else if n := scripts.n.Load(); n*2 > requests {
 		t.Fatalf("%d limiter scripts for %d requests; most should pass on tokens taken ahead", n, requests)
 	}
-	t.Logf("%d limiter scripts for %d requests, %d tokens held ahead at the end", scripts.n.Load(), requests, limit-1-rem-requests)
+	t.Logf("%d limiter scripts for %d requests at %.0f a second, %d tokens held ahead at the end", scripts.n.Load(), requests,
+		rate, limit-1-rem-requests)
 }
 
 // hammer sends requests GETs of url with key from clients goroutines at
