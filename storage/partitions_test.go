@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -340,4 +342,67 @@ func TestEnsurePartitionsPassesOverABegunDayTheDefaultHolds(t *testing.T) {
 	if _, err := f.s.GetDelivery(ctx, f.p.ID, id); err != nil {
 		t.Fatalf("the delivery of the day passed over: %v", err)
 	}
+}
+
+// TestCreatedAtIndexedOnlyWhereThePurgeReads: the created_at indexes of
+// events and deliveries serve the purge of the default partitions alone
+// (migration 26), so a day's partitions are made without them — an entry
+// each event and each ended delivery would write for no reader — and the
+// purge still finds the default partitions' rows by age through them.
+func TestCreatedAtIndexedOnlyWhereThePurgeReads(t *testing.T) {
+	t.Parallel()
+	f := newPurgeFixture(t)
+	ctx := context.Background()
+	if _, err := f.s.EnsurePartitions(ctx, time.Now(), 48*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := f.db.Pool().Query(ctx, `SELECT tablename FROM pg_indexes
+		WHERE schemaname = current_schema() AND (tablename LIKE 'events%' OR tablename LIKE 'deliveries%')
+			AND indexdef LIKE '%(created_at)%' ORDER BY tablename`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"deliveries_default", "events_default"}; !slices.Equal(tables, want) {
+		t.Errorf("created_at indexed on %v, want on %v alone", tables, want)
+	}
+	for _, q := range []struct{ sql, index string }{
+		{`SELECT id FROM deliveries_default WHERE created_at < now() AND next_attempt_at IS NULL ORDER BY created_at LIMIT 10`,
+			"deliveries_default_created_idx"},
+		{`SELECT id FROM events_default WHERE created_at < now() ORDER BY created_at LIMIT 10`, "events_default_created_idx"},
+	} {
+		plan := explainWithoutSeqScans(t, f.db.Pool(), q.sql)
+		if !strings.Contains(plan, q.index) {
+			t.Errorf("the purge's look for old rows does not use %s:\n%s", q.index, plan)
+		}
+	}
+}
+
+// explainWithoutSeqScans is the plan of sql where the planner avoids
+// sequential scans (a young table is small enough for one to win).
+func explainWithoutSeqScans(t *testing.T, pool interface {
+	Begin(context.Context) (pgx.Tx, error)
+}, sql string) string {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SET LOCAL enable_seqscan = off`); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := tx.Query(ctx, "EXPLAIN "+sql)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(lines, "\n")
 }
