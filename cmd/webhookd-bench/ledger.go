@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -18,8 +21,9 @@ type ledger struct {
 
 type ledgerEntry struct {
 	eventID   string
-	accepted  time.Time // when the POST's 202 arrived
-	endpoints []string  // receiver endpoint names it targets
+	accepted  time.Time     // when the POST's 202 arrived
+	endpoints []string      // receiver endpoint names it targets
+	took      time.Duration // the POST's round trip, where one POST carried it alone (0: not known)
 }
 
 // Start notes the time the first POST goes out, once.
@@ -38,6 +42,14 @@ func (l *ledger) Accept(ids []string, at time.Time, endpoints []string) {
 	for _, id := range ids {
 		l.entries = append(l.entries, ledgerEntry{eventID: id, accepted: at, endpoints: endpoints})
 	}
+}
+
+// AcceptOne records one event whose POST went out at sent and was accepted
+// at at, targeting endpoints.
+func (l *ledger) AcceptOne(id string, sent, at time.Time, endpoints []string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.entries = append(l.entries, ledgerEntry{eventID: id, accepted: at, endpoints: endpoints, took: at.Sub(sent)})
 }
 
 // Expected is how many (event, endpoint) receipts the accepted events need.
@@ -90,6 +102,26 @@ func (l *ledger) Stats(r *receiver) deliveryStats {
 	slices.Sort(s.Latencies)
 	return s
 }
+
+// WriteTrace writes one CSV line per receipt r has of the ledger's events:
+// ms from the first POST to the event's 202, ms from it to the receipt, and
+// the POST's own round trip in ms (0 where a batch carried it).
+func (l *ledger) WriteTrace(r *receiver, path string) error {
+	l.mu.Lock()
+	var b strings.Builder
+	b.WriteString("accepted_ms,latency_ms,request_ms\n")
+	for _, e := range l.entries {
+		for _, name := range e.endpoints {
+			if got, ok := r.Received(name, e.eventID); ok {
+				fmt.Fprintf(&b, "%.3f,%.3f,%.3f\n", ms(e.accepted.Sub(l.first)), ms(got.Sub(e.accepted)), ms(e.took))
+			}
+		}
+	}
+	l.mu.Unlock()
+	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // Rate is receipts per second from the first POST to the last receipt.
 func (s deliveryStats) Rate() float64 {

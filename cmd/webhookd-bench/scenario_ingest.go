@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -48,6 +49,12 @@ func runIngest(ctx context.Context, o *Options, seq int) (result, error) {
 	}
 	if err := waitDelivered(ctx, s.recv, p.targets, p.ledger.Expected(), o.StallTimeout, o.MaxWait); err != nil {
 		return result{}, err
+	}
+	if o.TraceDir != "" {
+		path := filepath.Join(o.TraceDir, fmt.Sprintf("ingest-%d-%d.csv", seq, time.Now().UnixNano()))
+		if err := p.ledger.WriteTrace(s.recv, path); err != nil {
+			return result{}, err
+		}
 	}
 	st := p.ledger.Stats(s.recv)
 	common, err := s.common(st, info)
@@ -153,7 +160,7 @@ func postSingles(ctx context.Context, p poster, n, clients int) (float64, []floa
 					return err
 				}
 				mine = append(mine, float64(at.Sub(t0).Microseconds())/1000)
-				p.ledger.Accept([]string{id}, at, p.targets)
+				p.ledger.AcceptOne(id, t0, at, p.targets)
 				accepted.Add(1)
 			}
 			return nil
