@@ -112,3 +112,34 @@ func parseStat(line string) (procStat, error) {
 	tick := time.Second / 100
 	return procStat{ppid: int(n[0]), self: time.Duration(n[1]+n[2]) * tick, reaped: time.Duration(n[3]+n[4]) * tick}, nil
 }
+
+// walPosition is the server's WAL insert position, or "" when it cannot
+// be read. The WAL written between two positions is what every write cost
+// PostgreSQL on disk, whatever else the machine did meanwhile: a figure
+// of the write path's work that the CPU times' noise does not blur.
+func walPosition(ctx context.Context, dbURL string) string {
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return ""
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var lsn string
+	if err := conn.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
+		return ""
+	}
+	return lsn
+}
+
+// walSince is the WAL the whole server wrote since position from, in bytes.
+func walSince(dbURL, from string) (float64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var n float64
+	err = conn.QueryRow(ctx, "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::float8", from).Scan(&n)
+	return n, err
+}

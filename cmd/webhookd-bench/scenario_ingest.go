@@ -51,7 +51,7 @@ func runIngest(ctx context.Context, o *Options, seq int) (result, error) {
 		return result{}, err
 	}
 	if o.TraceDir != "" {
-		path := filepath.Join(o.TraceDir, fmt.Sprintf("ingest-%d-%d.csv", seq, time.Now().UnixNano()))
+		path := filepath.Join(o.TraceDir, fmt.Sprintf("ingest-%d-%d.csv", seq, p.ledger.first.UnixMilli())) // named by the first POST
 		if err := p.ledger.WriteTrace(s.recv, path); err != nil {
 			return result{}, err
 		}

@@ -28,6 +28,7 @@ type stack struct {
 	toolCPU time.Duration // the tool's CPU time when webhookd was ready
 	pgPID   int           // the local PostgreSQL server's postmaster; 0: not local
 	pgCPU   time.Duration // its CPU time when webhookd was ready
+	walLSN  string        // the server's WAL position when webhookd was ready; "": not known
 }
 
 // startStack prepares a stack and starts webhookd on it with the extra
@@ -189,6 +190,7 @@ func (s *stack) startSplit(ctx context.Context, workers int, extra ...string) er
 // ready: usage counts from there.
 func (s *stack) markCPU(ctx context.Context) {
 	s.toolCPU = ownCPUTime()
+	s.walLSN = walPosition(ctx, s.db.URL)
 	if s.pgPID = postmasterPID(ctx, s.db.URL); s.pgPID != 0 {
 		var err error
 		if s.pgCPU, err = serverCPUTime(s.pgPID); err != nil {
@@ -297,6 +299,11 @@ func (s *stack) usage() ([]figure, error) {
 		if pg, err := serverCPUTime(s.pgPID); err == nil {
 			figs = append(figs, figure{Name: "PostgreSQL CPU time (whole server)", Unit: seconds,
 				Value: (pg - s.pgCPU).Seconds(), Target: info})
+		}
+	}
+	if s.walLSN != "" {
+		if n, err := walSince(s.db.URL, s.walLSN); err == nil {
+			figs = append(figs, figure{Name: "PostgreSQL WAL written (whole server)", Unit: megabytes, Value: n, Target: info})
 		}
 	}
 	return figs, nil
