@@ -30,7 +30,7 @@ type Retention struct {
 	DB       *storage.DB
 	Keep     time.Duration // default 336h (14 days)
 	Interval time.Duration // default 1h
-	Ahead    time.Duration // default 72h
+	Ahead    time.Duration // default DefaultDaysAhead
 	Batch    int           // default storage.DefaultPurgeBatch
 	Clock    webhookd.Clock
 	Logger   *slog.Logger
@@ -47,7 +47,7 @@ type Retention struct {
 func (r *Retention) Start(ctx context.Context) {
 	r.Keep = cmp.Or(r.Keep, 336*time.Hour)
 	r.Interval = cmp.Or(r.Interval, time.Hour)
-	r.Ahead = cmp.Or(r.Ahead, 72*time.Hour)
+	r.Ahead = cmp.Or(r.Ahead, DefaultDaysAhead)
 	ctx, r.cancel = context.WithCancel(ctx) // Stop ends a long pass between two statements
 	r.start(ctx, r.Interval, func(ctx context.Context) {
 		began := time.Now()
@@ -74,11 +74,7 @@ func (r *Retention) RunOnce(ctx context.Context) (ran bool, p storage.Purged, er
 	ran, err = r.DB.AsLeader(ctx, "retention", func(ctx context.Context) error {
 		now := r.Clock.Now()
 		store := r.DB.Store()
-		made, err := store.EnsurePartitions(ctx, now, r.Ahead)
-		for _, d := range made {
-			r.Logger.Info("history partition made", "day", d.Suffix, "from", d.Lo, "to", d.Hi)
-		}
-		if err != nil {
+		if err := makeDays(ctx, store, now, r.Ahead, r.Logger); err != nil {
 			return err
 		}
 		if p.Days, err = r.dropDays(ctx, store, now.Add(-r.Keep)); err != nil {
@@ -90,6 +86,30 @@ func (r *Retention) RunOnce(ctx context.Context) (ran bool, p storage.Purged, er
 		return err
 	})
 	return ran, p, err
+}
+
+// DefaultDaysAhead is how far ahead of now the days are made.
+const DefaultDaysAhead = 72 * time.Hour
+
+// MakeDaysAhead makes the days up to DefaultDaysAhead from now, as a
+// retention pass does first, unless a pass runs elsewhere meanwhile (then
+// false: that pass makes them). `webhookd migrate` runs it, so that the
+// first start of an installation does not make them while it serves:
+// making a day's partitions locks the history's tables (issue 38: its
+// first half second of single POSTs waited up to 0.6 s for them).
+func MakeDaysAhead(ctx context.Context, db *storage.DB, now time.Time, log *slog.Logger) (bool, error) {
+	return db.AsLeader(ctx, "retention", func(ctx context.Context) error {
+		return makeDays(ctx, db.Store(), now, DefaultDaysAhead, log)
+	})
+}
+
+// makeDays makes the days up to ahead from now, telling of each.
+func makeDays(ctx context.Context, store *storage.Store, now time.Time, ahead time.Duration, log *slog.Logger) error {
+	made, err := store.EnsurePartitions(ctx, now, ahead)
+	for _, d := range made {
+		log.Info("history partition made", "day", d.Suffix, "from", d.Lo, "to", d.Hi)
+	}
+	return err
 }
 
 // dropDays drops the days that ended before cutoff and hold nothing that

@@ -22,6 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/webhookd/webhookd"
+	"github.com/webhookd/webhookd/dispatcher"
 	"github.com/webhookd/webhookd/internal/tracing"
 )
 
@@ -118,6 +119,11 @@ func runMigrate(ctx context.Context, inv *invocation) error {
 		return err
 	}
 	m.Logger.Info("migrations applied")
+	// The days ahead, before any process serves: the leader worker's
+	// retention pass would make them at its start, under traffic.
+	if _, err := dispatcher.MakeDaysAhead(ctx, m.DB, time.Now(), m.Logger); err != nil {
+		m.Logger.Warn("history partitions not made ahead; the worker's retention pass makes them", "err", err)
+	}
 	return nil
 }
 

@@ -10,9 +10,11 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/webhookd/webhookd/dispatcher"
 	"github.com/webhookd/webhookd/internal/testenv"
 	"github.com/webhookd/webhookd/storage"
 )
@@ -22,7 +24,7 @@ func env(m map[string]string) func(string) string { return func(k string) string
 
 func TestMigrateAndKeysCreate(t *testing.T) {
 	t.Parallel()
-	_, dbURL := testenv.Schema(t)
+	schema, dbURL := testenv.Schema(t)
 	_, redisURL := testenv.Redis(t)
 	vars := map[string]string{"WEBHOOKD_DATABASE_URL": dbURL, "WEBHOOKD_REDIS_URL": redisURL}
 	ctx := context.Background()
@@ -31,8 +33,18 @@ func TestMigrateAndKeysCreate(t *testing.T) {
 			t.Fatalf("migrate: %v", err)
 		}
 	}
+	// The days ahead are made before any process serves.
+	db, err := storage.Open(ctx, storage.Config{URL: testenv.DatabaseURL(), SearchPath: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	days, err := db.Store().Days(ctx)
+	db.Close()
+	if err != nil || len(days) < 2 || days[len(days)-1].Hi.Before(time.Now().Add(dispatcher.DefaultDaysAhead)) {
+		t.Fatalf("after migrate the days are %+v (%v); want them made %s ahead", days, err, dispatcher.DefaultDaysAhead)
+	}
 	var out, logs bytes.Buffer
-	err := run(ctx, []string{"keys", "create", "--project", "acme", "--rate-limit", "100", "--idempotency-ttl", "48h"}, env(vars), &out, &logs)
+	err = run(ctx, []string{"keys", "create", "--project", "acme", "--rate-limit", "100", "--idempotency-ttl", "48h"}, env(vars), &out, &logs)
 	if err != nil {
 		t.Fatalf("keys create: %v (%s)", err, logs.String())
 	}
