@@ -23,13 +23,8 @@ import (
 // or 0 when it cannot be seen from here (a server on another machine or
 // in a container, or a /proc without it).
 func postmasterPID(ctx context.Context, dbURL string) int {
-	conn, err := pgx.Connect(ctx, dbURL)
-	if err != nil {
-		return 0
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
 	var backend int
-	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&backend); err != nil {
+	if err := queryOne(ctx, dbURL, "SELECT pg_backend_pid()", nil, &backend); err != nil {
 		return 0
 	}
 	st, err := readStat(backend)
@@ -113,18 +108,24 @@ func parseStat(line string) (procStat, error) {
 	return procStat{ppid: int(n[0]), self: time.Duration(n[1]+n[2]) * tick, reaped: time.Duration(n[3]+n[4]) * tick}, nil
 }
 
+// queryOne runs sql with args on a connection of its own to dbURL and
+// scans its one row into dest.
+func queryOne(ctx context.Context, dbURL, sql string, args []any, dest ...any) error {
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	return conn.QueryRow(ctx, sql, args...).Scan(dest...)
+}
+
 // walPosition is the server's WAL insert position, or "" when it cannot
 // be read. The WAL written between two positions is what every write cost
 // PostgreSQL on disk, whatever else the machine did meanwhile: a figure
 // of the write path's work that the CPU times' noise does not blur.
 func walPosition(ctx context.Context, dbURL string) string {
-	conn, err := pgx.Connect(ctx, dbURL)
-	if err != nil {
-		return ""
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
 	var lsn string
-	if err := conn.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
+	if err := queryOne(ctx, dbURL, "SELECT pg_current_wal_lsn()::text", nil, &lsn); err != nil {
 		return ""
 	}
 	return lsn
@@ -134,12 +135,7 @@ func walPosition(ctx context.Context, dbURL string) string {
 func walSince(dbURL, from string) (float64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, dbURL)
-	if err != nil {
-		return 0, err
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
 	var n float64
-	err = conn.QueryRow(ctx, "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::float8", from).Scan(&n)
+	err := queryOne(ctx, dbURL, "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::float8", []any{from}, &n)
 	return n, err
 }
