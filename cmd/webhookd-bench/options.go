@@ -91,7 +91,7 @@ const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=
 
 // scenarioNames lists every scenario in the order they run.
 var scenarioNames = []string{"burst", "slow", "noisy", "steady", "scheduled", "ingest", "ingest-batch", "ingest-redis-down",
-	"one-slow", "one-slow-single", "capacity", "capacity-latency", "kill", "flush", "many-endpoints", "fifo", "circuit-rest", "dashboard"}
+	"ingest-api", "one-slow", "one-slow-single", "capacity", "capacity-latency", "kill", "flush", "many-endpoints", "fifo", "circuit-rest", "dashboard"}
 
 // bind registers every option on fs with its default.
 func (o *Options) bind(fs *flag.FlagSet) {

@@ -29,6 +29,7 @@ var scenarios = map[string]scenario{
 	"ingest":            ingestScenario,
 	"ingest-batch":      ingestBatchScenario,
 	"ingest-redis-down": ingestRedisDownScenario,
+	"ingest-api":        ingestAPIScenario,
 	"one-slow":          oneSlowScenario,
 	"one-slow-single":   oneSlowSingleScenario,
 	"capacity":          capacityScenario,

@@ -207,13 +207,83 @@ func startIngest(ctx context.Context, o *Options, seq int) (*stack, poster, stri
 	if err != nil {
 		return nil, poster{}, "", err
 	}
-	note, err := s.createEndpoints(ctx, []endpoint{
-		{name: "ingest", behaviour: instant, eventType: "bench.ingest", maxInFlight: o.MaxInFlight}})
+	p, note, err := ingestPoster(ctx, s)
 	if err != nil {
 		s.Close()
 		return nil, poster{}, "", err
 	}
-	p := poster{api: s.api, ledger: &ledger{}, targets: []string{"ingest"},
-		make: func(i int) eventIn { return eventIn{Type: "bench.ingest", Data: map[string]int{"n": i}} }}
 	return s, p, note, nil
+}
+
+// ingestPoster creates the one instant endpoint on bench.ingest on a
+// started stack and returns the poster of its events.
+func ingestPoster(ctx context.Context, s *stack) (poster, string, error) {
+	note, err := s.createEndpoints(ctx, []endpoint{
+		{name: "ingest", behaviour: instant, eventType: "bench.ingest", maxInFlight: s.opts.MaxInFlight}})
+	if err != nil {
+		return poster{}, "", err
+	}
+	return poster{api: s.api, ledger: &ledger{}, targets: []string{"ingest"},
+		make: func(i int) eventIn { return eventIn{Type: "bench.ingest", Data: map[string]int{"n": i}} }}, note, nil
+}
+
+// ingestAPIScenario: ingest's POSTs with `webhookd serve` alone, a worker
+// started only once the posting has ended. ingest's end-to-end rate is
+// what the machine gives the API and the deliveries together; this says
+// what each half does without the other beside it: the API's POSTs/s with
+// no delivery running, and the delivery path's rate on the backlog left.
+var ingestAPIScenario = scenario{
+	Name: "ingest-api",
+	Title: func(o *Options) string {
+		return fmt.Sprintf("ingest's endpoint and %s events, one per POST with an Idempotency-Key, from %d clients "+
+			"as fast as the API answers, to `webhookd serve` with no worker running; then one `webhookd worker` "+
+			"started: POSTs/s with no delivery beside them, and deliveries/s of the backlog from the worker's "+
+			"start to the last receipt", thousands(float64(o.IngestEvents)), o.IngestClients)
+	},
+	Run: runIngestAPI,
+}
+
+func runIngestAPI(ctx context.Context, o *Options, seq int) (result, error) {
+	s, err := startSplitStack(ctx, o, seq, 0)
+	if err != nil {
+		return result{}, err
+	}
+	defer s.Close()
+	p, note, err := ingestPoster(ctx, s)
+	if err != nil {
+		return result{}, err
+	}
+	rate, took, err := postSingles(ctx, p, o.IngestEvents, o.IngestClients)
+	if err != nil {
+		return result{}, err
+	}
+	apiCPU, err := s.proc.CPUTime()
+	if err != nil {
+		return result{}, err
+	}
+	began := time.Now()
+	w, err := s.startWorker()
+	if err != nil {
+		return result{}, err
+	}
+	if err := w.WaitReady(ctx, s.client); err != nil {
+		return result{}, err
+	}
+	if err := waitDelivered(ctx, s.recv, p.targets, p.ledger.Expected(), o.StallTimeout, o.MaxWait); err != nil {
+		return result{}, err
+	}
+	st := p.ledger.Stats(s.recv)
+	common, err := s.common(st, info)
+	if err != nil {
+		return result{}, err
+	}
+	figs := []figure{
+		{Name: "POSTs/s, no worker running", Unit: perSecond, Value: rate, Target: info, Throughput: true},
+		{Name: "request p50", Unit: milliseconds, Value: percentile(took, 0.50), Target: info},
+		{Name: "request p99", Unit: milliseconds, Value: percentile(took, 0.99), Target: info},
+		{Name: "webhookd serve CPU time to the end of the posting", Unit: seconds, Value: apiCPU.Seconds(), Target: info},
+		{Name: "deliveries/s of the backlog (from the worker's start)", Unit: perSecond,
+			Value: float64(st.Received) / st.LastReceipt.Sub(began).Seconds(), Target: info, Throughput: true},
+	}
+	return result{Figures: append(figs, common...), Notes: []string{note}}, nil
 }

@@ -163,18 +163,10 @@ func (s *stack) startSplit(ctx context.Context, workers int, extra ...string) er
 	if err != nil {
 		return err
 	}
-	for i := range workers {
-		opsAddr, err := freeAddr()
-		if err != nil {
+	for range workers {
+		if _, err := s.startWorker(extra...); err != nil {
 			return err
 		}
-		env := s.env(append([]string{"WEBHOOKD_DASHBOARD_ADDR=" + opsAddr}, extra...)...)
-		w, err := startWebhookd(s.opts.Webhookd, "worker", env, "", opsAddr,
-			filepath.Join(s.dir, fmt.Sprintf("webhookd-worker-%d.log", i)))
-		if err != nil {
-			return err
-		}
-		s.extra = append(s.extra, w)
 	}
 	for _, p := range s.processes() {
 		if err := p.WaitReady(ctx, s.client); err != nil {
@@ -184,6 +176,24 @@ func (s *stack) startSplit(ctx context.Context, workers int, extra ...string) er
 	s.api = newAPIClient(s.proc.APIURL, s.key)
 	s.markCPU(ctx)
 	return nil
+}
+
+// startWorker starts one more `webhookd worker` beside serve, with extra
+// environment and its ops listener on a free loopback port; it does not
+// wait for the worker's /readyz.
+func (s *stack) startWorker(extra ...string) (*webhookdProcess, error) {
+	opsAddr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	env := s.env(append([]string{"WEBHOOKD_DASHBOARD_ADDR=" + opsAddr}, extra...)...)
+	w, err := startWebhookd(s.opts.Webhookd, "worker", env, "", opsAddr,
+		filepath.Join(s.dir, fmt.Sprintf("webhookd-worker-%d.log", len(s.extra))))
+	if err != nil {
+		return nil, err
+	}
+	s.extra = append(s.extra, w)
+	return w, nil
 }
 
 // markCPU notes the tool's and PostgreSQL's CPU time as webhookd is
