@@ -78,7 +78,7 @@ type Options struct {
 	Transform         bool // -transform: every endpoint created with benchTransformation
 	WorkerConcurrency int  // -worker-concurrency; 0: webhookd's default
 
-	// TraceDir: -trace; "" writes nothing. Otherwise each ingest run writes
+	// TraceDir: -trace; "" writes nothing. Otherwise each ingest and one-slow-single run writes
 	// one CSV there of every receipt: when its 202 came and its latency.
 	TraceDir string
 
@@ -148,7 +148,7 @@ func (o *Options) bind(fs *flag.FlagSet) {
 	fs.IntVar(&o.MaxInFlight, "max-in-flight", 100,
 		"max_in_flight sent for the burst and steady endpoints, so the per-endpoint cap is not what they measure (0: not sent)")
 	fs.IntVar(&o.WorkerConcurrency, "worker-concurrency", 0, "WEBHOOKD_WORKER_CONCURRENCY for every run (0: webhookd's default)")
-	fs.StringVar(&o.TraceDir, "trace", "", "a directory where each ingest run writes a CSV of its receipts (ms from the first POST to the 202, ms from the 202 to the receipt, the POST's ms), named ingest-RUN-FIRSTPOSTUNIXMS.csv")
+	fs.StringVar(&o.TraceDir, "trace", "", "a directory where each ingest and one-slow-single run writes a CSV of its receipts (ms from the first POST to the 202, ms from the 202 to the receipt, the POST's ms), named SCENARIO-RUN-FIRSTPOSTUNIXMS.csv")
 	fs.DurationVar(&o.StallTimeout, "stall-timeout", 30*time.Second, "give up waiting for deliveries after this long without a new one")
 	fs.DurationVar(&o.MaxWait, "max-wait", 10*time.Minute, "give up waiting for deliveries after this long in all")
 }

@@ -50,11 +50,8 @@ func runIngest(ctx context.Context, o *Options, seq int) (result, error) {
 	if err := waitDelivered(ctx, s.recv, p.targets, p.ledger.Expected(), o.StallTimeout, o.MaxWait); err != nil {
 		return result{}, err
 	}
-	if o.TraceDir != "" {
-		path := filepath.Join(o.TraceDir, fmt.Sprintf("ingest-%d-%d.csv", seq, p.ledger.first.UnixMilli())) // named by the first POST
-		if err := p.ledger.WriteTrace(s.recv, path); err != nil {
-			return result{}, err
-		}
+	if err := writeTrace(o, "ingest", seq, p.ledger, s.recv); err != nil {
+		return result{}, err
 	}
 	st := p.ledger.Stats(s.recv)
 	common, err := s.common(st, info)
@@ -127,6 +124,16 @@ func runIngestRedisDown(ctx context.Context, o *Options, seq int) (result, error
 		{Name: "last delivery after Redis returned", Unit: seconds, Value: handover.Seconds(), Target: info},
 	}
 	return result{Figures: append(figs, common...), Notes: []string{note}}, nil
+}
+
+// writeTrace writes a run's receipts (ledger.WriteTrace) into -trace's
+// directory, if one was given, as <scenario>-<run>-<first POST's unix ms>.csv:
+// named by its first POST, to place its tails beside the server's logs.
+func writeTrace(o *Options, scenario string, seq int, l *ledger, r *receiver) error {
+	if o.TraceDir == "" {
+		return nil
+	}
+	return l.WriteTrace(r, filepath.Join(o.TraceDir, fmt.Sprintf("%s-%d-%d.csv", scenario, seq, l.first.UnixMilli())))
 }
 
 // postSingles posts events 0..n-1, one per POST, from clients at once as

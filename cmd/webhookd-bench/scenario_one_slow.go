@@ -101,6 +101,9 @@ func runOneSlowSingle(ctx context.Context, o *Options, seq int) (result, error) 
 	if err != nil {
 		return result{}, err
 	}
+	if err := writeTrace(o, "one-slow-single", seq, p.ledger, s.recv); err != nil {
+		return result{}, err
+	}
 	st := p.ledger.Stats(s.recv)
 	common, err := s.common(st, none())
 	if err != nil {
