@@ -268,6 +268,12 @@ func runIngestAPI(ctx context.Context, o *Options, seq int) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
+	pgCPU := nan // PostgreSQL's share of the posting, when it runs here
+	if s.pgPID != 0 {
+		if c, err := serverCPUTime(s.pgPID); err == nil {
+			pgCPU = (c - s.pgCPU).Seconds()
+		}
+	}
 	began := time.Now()
 	w, err := s.startWorker()
 	if err != nil {
@@ -289,6 +295,7 @@ func runIngestAPI(ctx context.Context, o *Options, seq int) (result, error) {
 		{Name: "request p50", Unit: milliseconds, Value: percentile(took, 0.50), Target: info},
 		{Name: "request p99", Unit: milliseconds, Value: percentile(took, 0.99), Target: info},
 		{Name: "webhookd serve CPU time to the end of the posting", Unit: seconds, Value: apiCPU.Seconds(), Target: info},
+		{Name: "PostgreSQL CPU time to the end of the posting", Unit: seconds, Value: pgCPU, Target: info},
 		{Name: "deliveries/s of the backlog (from the worker's start)", Unit: perSecond,
 			Value: float64(st.Received) / st.LastReceipt.Sub(began).Seconds(), Target: info, Throughput: true},
 	}
