@@ -117,13 +117,19 @@ func runIngestRedisDown(ctx context.Context, o *Options, seq int) (result, error
 	if err != nil {
 		return result{}, err
 	}
-	figs := []figure{
-		{Name: "POSTs/s, Redis down", Unit: perSecond, Value: rate, Target: info, Throughput: true},
+	figs := append(postingFigures("POSTs/s, Redis down", rate, took),
+		figure{Name: "last delivery after Redis returned", Unit: seconds, Value: handover.Seconds(), Target: info})
+	return result{Figures: append(figs, common...), Notes: []string{note}}, nil
+}
+
+// postingFigures are a posting's rate, named rateName, and its requests'
+// p50 and p99, none with a target.
+func postingFigures(rateName string, rate float64, took []float64) []figure {
+	return []figure{
+		{Name: rateName, Unit: perSecond, Value: rate, Target: info, Throughput: true},
 		{Name: "request p50", Unit: milliseconds, Value: percentile(took, 0.50), Target: info},
 		{Name: "request p99", Unit: milliseconds, Value: percentile(took, 0.99), Target: info},
-		{Name: "last delivery after Redis returned", Unit: seconds, Value: handover.Seconds(), Target: info},
 	}
-	return result{Figures: append(figs, common...), Notes: []string{note}}, nil
 }
 
 // writeTrace writes a run's receipts (ledger.WriteTrace) into -trace's
@@ -290,14 +296,10 @@ func runIngestAPI(ctx context.Context, o *Options, seq int) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
-	figs := []figure{
-		{Name: "POSTs/s, no worker running", Unit: perSecond, Value: rate, Target: info, Throughput: true},
-		{Name: "request p50", Unit: milliseconds, Value: percentile(took, 0.50), Target: info},
-		{Name: "request p99", Unit: milliseconds, Value: percentile(took, 0.99), Target: info},
-		{Name: "webhookd serve CPU time to the end of the posting", Unit: seconds, Value: apiCPU.Seconds(), Target: info},
-		{Name: "PostgreSQL CPU time to the end of the posting", Unit: seconds, Value: pgCPU, Target: info},
-		{Name: "deliveries/s of the backlog (from the worker's start)", Unit: perSecond,
-			Value: float64(st.Received) / st.LastReceipt.Sub(began).Seconds(), Target: info, Throughput: true},
-	}
+	figs := append(postingFigures("POSTs/s, no worker running", rate, took),
+		figure{Name: "webhookd serve CPU time to the end of the posting", Unit: seconds, Value: apiCPU.Seconds(), Target: info},
+		figure{Name: "PostgreSQL CPU time to the end of the posting", Unit: seconds, Value: pgCPU, Target: info},
+		figure{Name: "deliveries/s of the backlog (from the worker's start)", Unit: perSecond,
+			Value: float64(st.Received) / st.LastReceipt.Sub(began).Seconds(), Target: info, Throughput: true})
 	return result{Figures: append(figs, common...), Notes: []string{note}}, nil
 }
