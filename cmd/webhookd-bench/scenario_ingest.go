@@ -275,10 +275,8 @@ func runIngestAPI(ctx context.Context, o *Options, seq int) (result, error) {
 		return result{}, err
 	}
 	pgCPU := nan // PostgreSQL's share of the posting, when it runs here
-	if s.pgPID != 0 {
-		if c, err := serverCPUTime(s.pgPID); err == nil {
-			pgCPU = (c - s.pgCPU).Seconds()
-		}
+	if c, ok := s.postgresCPU(); ok {
+		pgCPU = c.Seconds()
 	}
 	began := time.Now()
 	w, err := s.startWorker()

@@ -304,12 +304,8 @@ func (s *stack) usage() ([]figure, error) {
 		{Name: "webhookd CPU time", Unit: seconds, Value: cpu.Seconds(), Target: info},
 		{Name: "load tool CPU time", Unit: seconds, Value: (ownCPUTime() - s.toolCPU).Seconds(), Target: info},
 	}
-	// The server's, when it runs here and was not restarted meanwhile.
-	if s.pgPID != 0 {
-		if pg, err := serverCPUTime(s.pgPID); err == nil {
-			figs = append(figs, figure{Name: "PostgreSQL CPU time (whole server)", Unit: seconds,
-				Value: (pg - s.pgCPU).Seconds(), Target: info})
-		}
+	if pg, ok := s.postgresCPU(); ok {
+		figs = append(figs, figure{Name: "PostgreSQL CPU time (whole server)", Unit: seconds, Value: pg.Seconds(), Target: info})
 	}
 	if s.walLSN != "" {
 		if n, err := walSince(s.db.URL, s.walLSN); err == nil {
@@ -317,6 +313,17 @@ func (s *stack) usage() ([]figure, error) {
 		}
 	}
 	return figs, nil
+}
+
+// postgresCPU is the CPU time the PostgreSQL server has used since
+// webhookd was ready: false when the server does not run here or was
+// restarted meanwhile.
+func (s *stack) postgresCPU() (time.Duration, bool) {
+	if s.pgPID == 0 {
+		return 0, false
+	}
+	pg, err := serverCPUTime(s.pgPID)
+	return pg - s.pgCPU, err == nil
 }
 
 // peakRSS is webhookd's peak resident set (VmHWM) so far: the largest of
